@@ -1,0 +1,367 @@
+"""Shared helpers for flagperf benchmarks (stdlib + torch only).
+
+See docs/benchmarks.md for the contract: argv, environment, PerfLog lines,
+the FINISHED schema ``flagperf.perflog/1`` and CHECK_FAILED + exit status 3.
+
+torch is imported lazily so that a benchmark can emit INIT_START before paying
+for ``import torch``:
+
+    import harness
+    log = harness.PerfLog()
+    log.event("INIT_START")
+    args, cfg = harness.parse_args()
+    dist_ctx = harness.setup_distributed(cfg)
+"""
+import argparse
+import datetime
+import inspect
+import json
+import math
+import os
+import platform
+import socket
+import statistics
+import sys
+import time
+
+SCHEMA = "flagperf.perflog/1"
+PREFIX = "[PerfLog] "
+CHECK_FAILED_EXIT = 3
+CONFIG_ERROR_EXIT = 2
+
+
+# --------------------------------------------------------------------------- args / config
+
+def parse_args(argv=None):
+    """Parse the launcher's argv and load the JSON case config: returns (args, cfg)."""
+    p = argparse.ArgumentParser(description="flagperf benchmark rank")
+    p.add_argument("--case-config", required=True, help="merged case configuration (JSON)")
+    p.add_argument("--data-dir", required=True, help="data directory (may be unused)")
+    p.add_argument("--result-dir", required=True, help="per-node result directory")
+    args = p.parse_args(argv)
+    try:
+        with open(args.case_config, encoding="utf-8") as f:
+            cfg = json.load(f)
+    except (OSError, ValueError) as e:
+        config_error(f"cannot read case config {args.case_config}: {e}")
+    if not isinstance(cfg, dict):
+        config_error(f"case config {args.case_config} is not a JSON object")
+    os.makedirs(args.result_dir, exist_ok=True)
+    return args, cfg
+
+
+def config_error(msg):
+    """A case configuration the benchmark cannot run: message on stderr, exit 2."""
+    print(f"config error: {msg}", file=sys.stderr, flush=True)
+    sys.exit(CONFIG_ERROR_EXIT)
+
+
+# --------------------------------------------------------------------------- PerfLog
+
+def _is_number(x):
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def _plain(x):
+    """Turn torch/numpy scalars (anything with .item()) into plain Python values, recursively."""
+    if isinstance(x, dict):
+        return {str(k): _plain(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_plain(v) for v in x]
+    if hasattr(x, "item") and callable(x.item):
+        return x.item()
+    return x
+
+
+class PerfLog:
+    """Writes ``[PerfLog] {json}`` lines on stdout, one per event, flushed."""
+
+    def __init__(self, rank=None, benchmark=None):
+        self.rank = int(os.environ.get("RANK", "0")) if rank is None else int(rank)
+        self.benchmark = benchmark
+        self.init_start = None
+
+    def _emit(self, record):
+        line = PREFIX + json.dumps(record, allow_nan=False, sort_keys=False)
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
+        return record
+
+    def event(self, name, **extra):
+        now = time.time()
+        if name == "INIT_START":
+            self.init_start = now
+        record = {"event": name, "time": now, "rank": self.rank}
+        record.update(_sanitize(extra))  # free-form data, kept strict JSON
+        return self._emit(record)
+
+    def finished(self, *, benchmark=None, metric, value, unit, higher_is_better,
+                 metrics=None, checks=None, env=None):
+        """Validate and print the FINISHED line (schema flagperf.perflog/1)."""
+        if self.init_start is None:
+            raise RuntimeError("FINISHED before INIT_START: e2e_time is undefined")
+        benchmark = benchmark or self.benchmark
+        value = _plain(value)
+        metrics = _plain(metrics or {})
+        checks = _plain(checks if checks is not None else {"passed": True, "details": {}})
+        env = _plain(env or {})
+        errors = []
+        if not isinstance(benchmark, str) or not benchmark:
+            errors.append("benchmark must be a non-empty string")
+        if not isinstance(metric, str) or not metric:
+            errors.append("metric must be a non-empty string")
+        if not _is_number(value):
+            errors.append(f"value must be a finite number, got {value!r}")
+        if not isinstance(unit, str):
+            errors.append("unit must be a string")
+        if not isinstance(higher_is_better, bool):
+            errors.append("higher_is_better must be a bool")
+        if not isinstance(metrics, dict):
+            errors.append("metrics must be an object")
+        else:
+            for name, m in metrics.items():
+                if not (isinstance(m, dict) and _is_number(m.get("value")) and isinstance(m.get("unit"), str)):
+                    errors.append(f"metrics[{name!r}] must be {{'value': finite number, 'unit': str}}, got {m!r}")
+        if not (isinstance(checks, dict) and checks.get("passed") is True and isinstance(checks.get("details", {}), dict)):
+            errors.append("checks must be {'passed': True, 'details': {...}} in a FINISHED line")
+        if not isinstance(env, dict):
+            errors.append("env must be an object")
+        if errors:
+            raise ValueError("invalid FINISHED payload: " + "; ".join(errors))
+        checks.setdefault("details", {})
+        now = time.time()
+        record = {
+            "event": "FINISHED", "time": now, "rank": self.rank,
+            "schema": SCHEMA, "benchmark": benchmark,
+            "metric": metric, "value": value,
+            "unit": unit, "higher_is_better": higher_is_better,
+            "e2e_time": now - self.init_start,
+            "metrics": metrics, "checks": checks, "env": env,
+        }
+        return self._emit(record)
+
+    def check_failed(self, details, exit_code=CHECK_FAILED_EXIT):
+        """Print CHECK_FAILED with the details, leave the process group, exit 3. Never returns."""
+        record = {"event": "CHECK_FAILED", "time": time.time(), "rank": self.rank}
+        if self.benchmark:
+            record["benchmark"] = self.benchmark
+        record["checks"] = {"passed": False, "details": _sanitize(details)}
+        self._emit(record)
+        _destroy_quietly()
+        sys.exit(exit_code)
+
+
+def _sanitize(x):
+    """Non-finite floats become strings so that the line stays strict JSON."""
+    x = _plain(x)
+    if isinstance(x, dict):
+        return {k: _sanitize(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_sanitize(v) for v in x]
+    if isinstance(x, float) and not math.isfinite(x):
+        return str(x)
+    return x
+
+
+# --------------------------------------------------------------------------- distributed
+
+class DistContext:
+    """What setup_distributed() found: rank layout, device, backend."""
+
+    def __init__(self, rank, world_size, local_rank, device, backend, initialized):
+        self.rank, self.world_size, self.local_rank = rank, world_size, local_rank
+        self.device, self.backend, self.initialized = device, backend, initialized
+
+    @property
+    def is_cuda(self):
+        return self.device.type == "cuda"
+
+    def sync(self):
+        """Wait for queued device work (no-op on CPU)."""
+        if self.is_cuda:
+            import torch
+            torch.cuda.synchronize(self.device)
+
+    def barrier(self):
+        """A real barrier across ranks; device work is finished first."""
+        self.sync()
+        if self.initialized:
+            import torch.distributed as dist
+            if self.backend == "nccl":
+                dist.barrier(device_ids=[self.device.index])
+            else:
+                dist.barrier()
+            self.sync()
+
+    def all_reduce(self, values, op="sum"):
+        """All-reduce a list of floats (in float64) and return the reduced list."""
+        import torch
+        t = torch.tensor([float(v) for v in values], dtype=torch.float64, device=self._comm_device())
+        if self.initialized:
+            import torch.distributed as dist
+            dist.all_reduce(t, op={"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX,
+                                   "min": dist.ReduceOp.MIN}[op])
+        return t.tolist()
+
+    def _comm_device(self):
+        import torch
+        return self.device if self.backend == "nccl" else torch.device("cpu")
+
+    def destroy(self):
+        if self.initialized:
+            self.barrier()
+            import torch.distributed as dist
+            dist.destroy_process_group()
+            self.initialized = False
+
+
+def _env_int(name, default):
+    try:
+        return int(os.environ.get(name, default))
+    except ValueError:
+        config_error(f"environment variable {name}={os.environ.get(name)!r} is not an integer")
+
+
+def setup_distributed(cfg=None):
+    """Read RANK/WORLD_SIZE/LOCAL_RANK/FLAGPERF_DEVICE/FLAGPERF_DIST_BACKEND, pick the device and
+    init the process group (only when WORLD_SIZE > 1; rendezvous via MASTER_ADDR/MASTER_PORT)."""
+    import torch
+    import torch.distributed as dist
+
+    cfg = cfg or {}
+    rank, world_size = _env_int("RANK", 0), _env_int("WORLD_SIZE", 1)
+    local_rank = _env_int("LOCAL_RANK", 0)
+    device_type = os.environ.get("FLAGPERF_DEVICE", "cpu").strip().lower()
+    if device_type not in ("cpu", "cuda"):
+        config_error(f"FLAGPERF_DEVICE must be cpu or cuda, got {device_type!r}")
+    backend = os.environ.get("FLAGPERF_DIST_BACKEND", "nccl" if device_type == "cuda" else "gloo").strip().lower()
+    if backend not in ("gloo", "nccl"):
+        config_error(f"FLAGPERF_DIST_BACKEND must be gloo or nccl, got {backend!r}")
+    if backend == "nccl" and device_type != "cuda":
+        config_error("the nccl backend needs FLAGPERF_DEVICE=cuda")
+    if not 0 <= rank < world_size:
+        config_error(f"RANK={rank} outside WORLD_SIZE={world_size}")
+
+    if device_type == "cuda":
+        if not torch.cuda.is_available():
+            config_error("FLAGPERF_DEVICE=cuda but torch.cuda.is_available() is False")
+        if local_rank >= torch.cuda.device_count():
+            config_error(f"LOCAL_RANK={local_rank} but only {torch.cuda.device_count()} visible CUDA devices")
+        os.environ.setdefault("NCCL_NVLS_ENABLE", "0")  # NVLink multicast stays off
+        torch.cuda.set_device(local_rank)
+        device = torch.device("cuda", local_rank)
+    else:
+        device = torch.device("cpu")
+
+    initialized = False
+    if world_size > 1:
+        for var in ("MASTER_ADDR", "MASTER_PORT"):
+            if not os.environ.get(var):
+                config_error(f"{var} must be set when WORLD_SIZE > 1")
+        kwargs = dict(backend=backend, init_method="env://", rank=rank, world_size=world_size,
+                      timeout=datetime.timedelta(seconds=float(cfg.get("dist_timeout_s", 300))))
+        if backend == "nccl" and "device_id" in inspect.signature(dist.init_process_group).parameters:
+            kwargs["device_id"] = device  # bind the communicator to this rank's GPU
+        dist.init_process_group(**kwargs)
+        initialized = True
+    return DistContext(rank, world_size, local_rank, device, backend, initialized)
+
+
+def _destroy_quietly():
+    try:
+        import torch.distributed as dist
+        if dist.is_available() and dist.is_initialized():
+            dist.destroy_process_group()
+    except Exception:  # leaving anyway
+        pass
+
+
+# --------------------------------------------------------------------------- timing
+
+def time_fn(fn, ctx, *, warmup=3, iters=10, repeats=5, before_repeat=None):
+    """Time ``fn()`` on ctx.device: ``warmup`` untimed calls, then ``repeats`` samples of ``iters``
+    back-to-back calls each. CUDA: torch.cuda.Event pairs; CPU: time.perf_counter.
+    ``before_repeat`` (e.g. ctx.barrier) is called before every sample, outside the timed region.
+    Returns seconds per call: {"median", "min", "max", "samples"}."""
+    import torch
+
+    iters, repeats = max(1, int(iters)), max(1, int(repeats))
+    for _ in range(int(warmup)):
+        fn()
+    ctx.sync()
+    samples = []
+    for _ in range(repeats):
+        if before_repeat is not None:
+            before_repeat()
+        if ctx.is_cuda:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            for _ in range(iters):
+                fn()
+            end.record()
+            end.synchronize()
+            samples.append(start.elapsed_time(end) / 1e3 / iters)
+        else:
+            t0 = time.perf_counter()
+            for _ in range(iters):
+                fn()
+            samples.append((time.perf_counter() - t0) / iters)
+    return {"median": statistics.median(samples), "min": min(samples), "max": max(samples),
+            "samples": samples}
+
+
+class Stopwatch:
+    """Wall-clock interval with device synchronisation (and optional barrier) at both ends."""
+
+    def __init__(self, ctx, barrier=True):
+        self.ctx, self.use_barrier = ctx, barrier
+        self.t0 = self.elapsed = None
+
+    def _sync(self):
+        self.ctx.barrier() if self.use_barrier else self.ctx.sync()
+
+    def start(self):
+        self._sync()
+        self.t0 = time.perf_counter()
+
+    def stop(self):
+        self._sync()
+        self.elapsed = time.perf_counter() - self.t0
+        return self.elapsed
+
+
+# --------------------------------------------------------------------------- environment
+
+def _cpu_model():
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.lower().startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def env_info(ctx, **extra):
+    """What this rank ran on, for the FINISHED line's ``env``."""
+    import torch
+
+    env = {"device": ctx.device.type, "device_name": None, "torch": torch.__version__,
+           "backend": ctx.backend, "world_size": ctx.world_size, "rank": ctx.rank,
+           "local_rank": ctx.local_rank, "hostname": socket.gethostname(),
+           "python": platform.python_version()}
+    if ctx.is_cuda:
+        env["device_name"] = torch.cuda.get_device_name(ctx.device)
+        env["cuda"] = torch.version.cuda
+        try:
+            v = torch.cuda.nccl.version()
+            env["nccl"] = ".".join(map(str, v)) if isinstance(v, tuple) else str(v)
+        except Exception:
+            pass
+        env["nccl_nvls_enable"] = os.environ.get("NCCL_NVLS_ENABLE")
+    else:
+        env["device_name"] = _cpu_model()
+        env["cpu_threads"] = torch.get_num_threads()
+    env.update(extra)
+    return env

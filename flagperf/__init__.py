@@ -1,0 +1,3 @@
+"""flagperf: benchmark AI accelerator clusters."""
+
+__version__ = "0.1.0"

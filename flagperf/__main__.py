@@ -1,0 +1,3 @@
+from flagperf.cli import main
+
+main()

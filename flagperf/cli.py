@@ -1,0 +1,143 @@
+"""The ``flagperf`` command: parse, call, print, exit code. Heavy modules load inside the commands."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from flagperf import __version__
+from flagperf.errors import EXIT_CONFIG, EXIT_HOSTS, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, ConfigError
+
+SOURCE_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_CONFIG = SOURCE_ROOT / "configs" / "test_conf.yaml"
+
+config_option = click.option(
+    "--config", "config_path", type=click.Path(dir_okay=False, path_type=Path), default=DEFAULT_CONFIG,
+    show_default=True, help="Test config (YAML): VENDOR, RUNTIME, CASES, ...")
+cluster_option = click.option(
+    "--cluster", "cluster_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+    help="Cluster config (YAML); overrides CLUSTER of the test config.")
+
+
+def _console(stderr=False):
+    from rich.console import Console
+    console = Console(stderr=stderr, highlight=False, soft_wrap=True)
+    if not console.is_terminal:
+        console.width = 160         # logs and pipes: do not squeeze tables into 80 columns
+    return console
+
+
+def _load(config_path, cluster_path):
+    from flagperf.config import load_config
+    try:
+        return load_config(config_path, cluster_path)
+    except ConfigError as exc:
+        err = _console(stderr=True)
+        for problem in exc.problems:
+            err.print(f"flagperf: config error: {problem}", markup=False)
+        sys.exit(EXIT_CONFIG)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="flagperf")
+def main():
+    """Benchmark AI accelerator clusters.
+
+    Exit codes: 0 all cases passed, 1 a case failed, 2 configuration error, 3 a host failed its check,
+    4 internal error, 130 interrupted.
+    """
+
+
+@main.command()
+@config_option
+@cluster_option
+@click.option("--dry-run", is_flag=True, help="Print the plan (hosts, ranks, commands, paths) and touch nothing.")
+def run(config_path, cluster_path, dry_run):
+    """Run every case of the test config, collect the results and summarise them."""
+    cfg = _load(config_path, cluster_path)
+    from flagperf.plan import build_plan
+    try:
+        plan = build_plan(cfg)
+    except ConfigError as exc:
+        for problem in exc.problems:
+            _console(stderr=True).print(f"flagperf: config error: {problem}", markup=False)
+        sys.exit(EXIT_CONFIG)
+    console = _console()
+    if dry_run:
+        from flagperf.render import plan_lines
+        for line in plan_lines(plan):
+            console.print(line, markup=False)
+        sys.exit(EXIT_OK)
+    from flagperf.pipeline import Run
+    from flagperf.render import summary_table
+
+    def say(msg):
+        from datetime import datetime
+        console.print(f"[dim]{datetime.now():%H:%M:%S}[/] {msg}", markup=True, highlight=False) \
+            if "[" not in msg else console.print(f"{datetime.now():%H:%M:%S} {msg}", markup=False)
+
+    runner = Run(plan, say=say)
+    try:
+        code = runner.execute()
+    except KeyboardInterrupt:
+        sys.exit(EXIT_INTERRUPTED)
+    except Exception as exc:  # noqa: BLE001 - one line for the user, the traceback in the run log
+        import logging
+        import traceback
+        logging.getLogger(f"flagperf.run.{plan.run_id}").error(traceback.format_exc())
+        _console(stderr=True).print(f"flagperf: internal error: {type(exc).__name__}: {exc}", markup=False)
+        sys.exit(EXIT_INTERNAL)
+    summary = getattr(runner, "summary", None)
+    if summary is not None:
+        console.print(summary_table(summary))
+        console.print(f"results: {plan.run_dir}", markup=False)
+    sys.exit(code)
+
+
+@main.command()
+@config_option
+@cluster_option
+def check(config_path, cluster_path):
+    """Check every host of the cluster: reachable, Python, deploy path, torch, disk, accelerators."""
+    cfg = _load(config_path, cluster_path)
+    from flagperf.checks import check_hosts, needed_accelerators
+    from flagperf.render import check_table
+    results = check_hosts(cfg, need_nproc=needed_accelerators(cfg))
+    _console().print(check_table(results))
+    sys.exit(EXIT_OK if all(r.ok for r in results) else EXIT_HOSTS)
+
+
+@main.command("list")
+def list_cmd():
+    """List the benchmarks and vendors this tree provides."""
+    from rich.table import Table
+
+    from flagperf.vendors import load_vendor, vendor_names
+    console = _console()
+    table = Table(title="benchmarks")
+    table.add_column("model")
+    table.add_column("description")
+    for main_py in sorted((SOURCE_ROOT / "benchmarks").glob("*/main.py")):
+        table.add_row(main_py.parent.name, _description(main_py.parent / "case_config.yaml"))
+    console.print(table)
+    table = Table(title="vendors")
+    for col in ("vendor", "frameworks", "device", "backend", "description"):
+        table.add_column(col)
+    for name in vendor_names(SOURCE_ROOT):
+        profile, problems = load_vendor(SOURCE_ROOT, name)
+        if profile is None:
+            table.add_row(name, "-", "-", "-", f"[red]invalid: {problems[0]}[/]")
+        else:
+            table.add_row(name, ", ".join(profile.frameworks), profile.device, profile.dist_backend,
+                          profile.description)
+    console.print(table)
+
+
+def _description(path: Path) -> str:
+    try:
+        first = path.read_text(encoding="utf-8").splitlines()[0]
+    except (OSError, IndexError):
+        return ""
+    return first.lstrip("#").strip() if first.startswith("#") else ""

@@ -1,0 +1,407 @@
+"""Test and cluster configuration: YAML files validated at load into frozen dataclasses.
+
+Every problem found is collected and raised together as one ConfigError; each message names the file,
+the line where YAML gives one, the key, and what was expected.
+"""
+
+from __future__ import annotations
+
+import difflib
+import getpass
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from flagperf.errors import ConfigError
+from flagperf.vendors import VendorProfile, detect_vendor, load_vendor, vendor_names
+from flagperf.yamlio import LineMap, load_yaml_file, where
+
+SOURCE_ROOT = Path(__file__).resolve().parent.parent
+LOCALHOST = "localhost"
+RUNTIMES_KNOWN = ("docker", "bare")
+RUNTIMES_AVAILABLE = ("bare",)
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+TEST_KEYS = (
+    "VENDOR", "RUNTIME", "FLAGPERF_PATH", "FLAGPERF_LOG_PATH", "FLAGPERF_LOG_LEVEL", "SHM_SIZE",
+    "CLEAR_CACHES", "ACCE_CONTAINER_OPT", "ACCE_VISIBLE_DEVICE_ENV_NAME", "PIP_SOURCE", "CLUSTER", "CASES",
+    "MONITOR_INTERVAL", "CASE_TIMEOUT",
+)
+CLUSTER_KEYS = ("HOSTS", "SSH_PORT", "SSH_USER", "SSH_KEY", "KNOWN_HOSTS", "MASTER_PORT", "PYTHON")
+HOST_KEYS = ("HOST", "SSH_PORT", "SSH_USER", "SSH_KEY", "PYTHON", "FLAGPERF_PATH")
+
+
+@dataclass(frozen=True)
+class CaseSpec:
+    key: str
+    model: str
+    framework: str
+    hw: str
+    nnodes: int
+    nproc: int
+    repeat: int
+    data_dir: str | None = None
+
+    FIELDS = ("model", "framework", "hw", "nnodes", "nproc", "repeat")
+
+    @classmethod
+    def parse(cls, key: str, data_dir: str | None = None) -> "CaseSpec":
+        """Parse ``model:framework:hw:nnodes:nproc:repeat``; ValueError says what is wrong."""
+        if not isinstance(key, str):
+            raise ValueError(f"expected a string 'model:framework:hw:nnodes:nproc:repeat', got {key!r}")
+        parts = [p.strip() for p in key.split(":")]
+        if len(parts) != 6:
+            raise ValueError(f"expected 6 fields 'model:framework:hw:nnodes:nproc:repeat', got {len(parts)}")
+        for name, value in zip(cls.FIELDS[:3], parts[:3]):
+            if not value:
+                raise ValueError(f"{name} is empty")
+            if not re.fullmatch(r"[A-Za-z0-9_.+-]+", value):
+                raise ValueError(f"{name} {value!r} may hold only letters, digits and _ . + -")
+        numbers = []
+        for name, value in zip(cls.FIELDS[3:], parts[3:]):
+            if not re.fullmatch(r"[0-9]+", value) or int(value) < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+            numbers.append(int(value))
+        return cls(key, *parts[:3], *numbers, data_dir=data_dir)
+
+    @property
+    def name(self) -> str:
+        return f"{self.model}-{self.framework}-{self.hw}-{self.nnodes}x{self.nproc}"
+
+
+@dataclass(frozen=True)
+class HostSpec:
+    address: str
+    ssh_port: int
+    ssh_user: str
+    ssh_key: str | None
+    python: str
+    flagperf_path: str
+
+    @property
+    def is_local(self) -> bool:
+        return self.address == LOCALHOST
+
+    @property
+    def master_addr(self) -> str:
+        return "127.0.0.1" if self.is_local else self.address
+
+
+@dataclass(frozen=True)
+class ClusterConfig:
+    path: Path | None
+    hosts: tuple
+    known_hosts: str
+    master_port: int
+
+
+@dataclass(frozen=True)
+class TestConfig:
+    path: Path
+    vendor: str
+    vendor_reason: str
+    runtime: str
+    flagperf_path: str
+    log_path: Path
+    log_level: str
+    shm_size: str
+    clear_caches: bool
+    acce_container_opt: str
+    visible_devices_env: str | None
+    pip_source: str
+    monitor_interval: float
+    case_timeout: float
+    cases: tuple
+
+
+@dataclass(frozen=True)
+class Config:
+    test: TestConfig
+    cluster: ClusterConfig
+    vendor: VendorProfile
+    source_root: Path = field(default=SOURCE_ROOT)
+
+    def to_dict(self) -> dict:
+        """The effective configuration, after defaults, path resolution and VENDOR: auto."""
+        t, c = self.test, self.cluster
+        return {
+            "TEST_CONFIG": str(t.path),
+            "VENDOR": t.vendor,
+            "RUNTIME": t.runtime,
+            "FLAGPERF_PATH": t.flagperf_path,
+            "FLAGPERF_LOG_PATH": str(t.log_path),
+            "FLAGPERF_LOG_LEVEL": t.log_level,
+            "SHM_SIZE": t.shm_size,
+            "CLEAR_CACHES": t.clear_caches,
+            "ACCE_CONTAINER_OPT": t.acce_container_opt,
+            "ACCE_VISIBLE_DEVICE_ENV_NAME": t.visible_devices_env,
+            "PIP_SOURCE": t.pip_source,
+            "MONITOR_INTERVAL": t.monitor_interval,
+            "CASE_TIMEOUT": t.case_timeout,
+            "CLUSTER": str(c.path) if c.path else None,
+            "CASES": {case.key: case.data_dir for case in t.cases},
+            "cluster": {
+                "HOSTS": [
+                    {"HOST": h.address, "SSH_PORT": h.ssh_port, "SSH_USER": h.ssh_user, "SSH_KEY": h.ssh_key,
+                     "PYTHON": h.python, "FLAGPERF_PATH": h.flagperf_path}
+                    for h in c.hosts
+                ],
+                "KNOWN_HOSTS": c.known_hosts,
+                "MASTER_PORT": c.master_port,
+            },
+        }
+
+
+class _Checker:
+    """Collects problems while reading one file."""
+
+    def __init__(self, path: Path, problems: list):
+        self.path = path
+        self.problems = problems
+
+    def add(self, mapping, key, message, label=None):
+        self.problems.append(f"{where(self.path, mapping, key)}: {label or key}: {message}")
+
+    def unknown_keys(self, mapping, known, prefix=""):
+        for key in mapping:
+            if key not in known:
+                close = difflib.get_close_matches(str(key).upper(), known, n=1, cutoff=0.6)
+                hint = f"; did you mean {close[0]}?" if close else f"; known keys: {', '.join(known)}"
+                self.problems.append(f"{where(self.path, mapping, key)}: {prefix}{key}: unknown key{hint}")
+
+    def get(self, mapping, key, types, default, label=None):
+        if key not in mapping or mapping[key] is None and type(None) not in _tuple(types):
+            return default
+        value = mapping[key]
+        if isinstance(value, bool) and bool not in _tuple(types):
+            self.add(mapping, key, f"expected {_describe(types)}, got {value!r}", label)
+            return default
+        if not isinstance(value, types):
+            self.add(mapping, key, f"expected {_describe(types)}, got {type(value).__name__} {value!r}", label)
+            return default
+        return value
+
+    def path_value(self, mapping, key, default=None, label=None):
+        value = self.get(mapping, key, str, None, label)
+        if value is None:
+            return default
+        return str(resolve(self.path, value))
+
+
+def resolve(config_file: Path, value: str) -> Path:
+    """Resolve a path from a config file: ``~`` expands, relative paths are relative to the file's folder."""
+    p = Path(value).expanduser()
+    return p if p.is_absolute() else (Path(config_file).resolve().parent / p).resolve()
+
+
+def _tuple(types):
+    return types if isinstance(types, tuple) else (types,)
+
+
+def _describe(types) -> str:
+    names = {str: "a string", int: "an integer", float: "a number", bool: "true or false", list: "a list",
+             dict: "a mapping", type(None): "null"}
+    return " or ".join(names.get(t, t.__name__) for t in _tuple(types) if not (t is int and float in _tuple(types)))
+
+
+def load_config(test_path, cluster_override=None, *, source_root: Path = SOURCE_ROOT, detect=detect_vendor) -> Config:
+    """Load and validate the test config (and the cluster config it names, or ``cluster_override``)."""
+    problems: list[str] = []
+    test_path = Path(test_path).expanduser().resolve()
+    data, problems_yaml = load_yaml_file(test_path)
+    if problems_yaml:
+        raise ConfigError(problems_yaml)
+    if not isinstance(data, LineMap):
+        raise ConfigError(f"{test_path}: expected a mapping of test-config keys (VENDOR, RUNTIME, CASES, ...)")
+    ck = _Checker(test_path, problems)
+    ck.unknown_keys(data, TEST_KEYS)
+
+    # Cluster first: the cases are checked against its hosts.
+    cluster_file = None
+    if cluster_override is not None:
+        cluster_file = Path(cluster_override).expanduser().resolve()
+    else:
+        value = ck.get(data, "CLUSTER", str, None)
+        if value:
+            cluster_file = resolve(test_path, value)
+    cluster = _load_cluster(cluster_file, problems)
+
+    # Vendor.
+    vendor_name = ck.get(data, "VENDOR", str, "auto")
+    reason = "set in the test config"
+    if vendor_name == "auto":
+        vendor_name, reason = detect()
+        reason = f"VENDOR: auto -> {vendor_name} ({reason})"
+    vendor = None
+    if vendor_name not in vendor_names(source_root):
+        ck.add(data, "VENDOR", f"no vendor {vendor_name!r} under {source_root / 'vendors'}; "
+                               f"expected one of: auto, {', '.join(vendor_names(source_root))}")
+    else:
+        vendor, vproblems = load_vendor(source_root, vendor_name)
+        problems.extend(vproblems)
+
+    runtime = ck.get(data, "RUNTIME", str, "docker")
+    if runtime not in RUNTIMES_KNOWN:
+        ck.add(data, "RUNTIME", f"expected one of {', '.join(RUNTIMES_KNOWN)}, got {runtime!r}")
+    elif runtime not in RUNTIMES_AVAILABLE:
+        ck.add(data, "RUNTIME", f"{runtime!r} is not available in this version yet (it is also the default when "
+                                f"RUNTIME is omitted); set RUNTIME: bare")
+
+    flagperf_path = ck.path_value(data, "FLAGPERF_PATH", str(source_root))
+    log_path = Path(ck.path_value(data, "FLAGPERF_LOG_PATH", str(source_root / "result")))
+    log_level = ck.get(data, "FLAGPERF_LOG_LEVEL", str, "info").lower()
+    if log_level not in LOG_LEVELS:
+        ck.add(data, "FLAGPERF_LOG_LEVEL", f"expected one of {', '.join(LOG_LEVELS)}, got {log_level!r}")
+        log_level = "info"
+    shm_size = str(ck.get(data, "SHM_SIZE", (str, int), "32G"))
+    if not re.fullmatch(r"[0-9]+(\.[0-9]+)?[bkmgtBKMGT]?[bB]?", shm_size):
+        ck.add(data, "SHM_SIZE", f"expected a size such as 32G or 512M, got {shm_size!r}")
+    clear_caches = ck.get(data, "CLEAR_CACHES", bool, False)
+    container_opt = ck.get(data, "ACCE_CONTAINER_OPT", str, "")
+    visible_env = ck.get(data, "ACCE_VISIBLE_DEVICE_ENV_NAME", (str, type(None)),
+                         vendor.visible_devices_env if vendor else None)
+    if visible_env is not None and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", visible_env):
+        ck.add(data, "ACCE_VISIBLE_DEVICE_ENV_NAME", f"expected an environment variable name, got {visible_env!r}")
+    pip_source = ck.get(data, "PIP_SOURCE", str, "")
+    interval = ck.get(data, "MONITOR_INTERVAL", (int, float), 1.0)
+    if not interval > 0:
+        ck.add(data, "MONITOR_INTERVAL", f"expected a number of seconds > 0, got {interval!r}")
+    timeout = ck.get(data, "CASE_TIMEOUT", (int, float), 7200.0)
+    if not timeout > 0:
+        ck.add(data, "CASE_TIMEOUT", f"expected a number of seconds > 0, got {timeout!r}")
+
+    cases = _load_cases(ck, data, cluster, vendor, source_root)
+
+    if problems:
+        raise ConfigError(problems)
+    test = TestConfig(
+        path=test_path, vendor=vendor_name, vendor_reason=reason, runtime=runtime, flagperf_path=flagperf_path,
+        log_path=log_path, log_level=log_level, shm_size=shm_size, clear_caches=clear_caches,
+        acce_container_opt=container_opt, visible_devices_env=visible_env, pip_source=pip_source,
+        monitor_interval=float(interval), case_timeout=float(timeout), cases=tuple(cases),
+    )
+    hosts = tuple(
+        h if h.flagperf_path else HostSpec(h.address, h.ssh_port, h.ssh_user, h.ssh_key, h.python, flagperf_path)
+        for h in cluster.hosts
+    )
+    cluster = ClusterConfig(cluster.path, hosts, cluster.known_hosts, cluster.master_port)
+    return Config(test=test, cluster=cluster, vendor=vendor, source_root=source_root)
+
+
+def _load_cases(ck: _Checker, data, cluster, vendor, source_root) -> list:
+    cases_map = data.get("CASES")
+    if "CASES" not in data:
+        ck.problems.append(f"{ck.path}: CASES: required key is missing; expected a mapping "
+                           f"'model:framework:hw:nnodes:nproc:repeat': data_dir")
+        return []
+    if not isinstance(cases_map, dict) or not cases_map:
+        ck.add(data, "CASES", "expected a non-empty mapping 'model:framework:hw:nnodes:nproc:repeat': data_dir")
+        return []
+    cases = []
+    for key, data_dir in cases_map.items():
+        label = f"CASES[{key!r}]"
+        try:
+            case = CaseSpec.parse(key)
+        except ValueError as exc:
+            ck.add(cases_map, key, str(exc), label)
+            continue
+        if data_dir is not None and not isinstance(data_dir, str):
+            ck.add(cases_map, key, f"expected the data directory as a string (or null), got {data_dir!r}", label)
+            continue
+        resolved = str(resolve(ck.path, data_dir)) if data_dir else None
+        bench = source_root / "benchmarks" / case.model
+        if not (bench / "main.py").is_file():
+            known = sorted(q.parent.name for q in (source_root / "benchmarks").glob("*/main.py"))
+            close = difflib.get_close_matches(case.model, known, n=1)
+            hint = f"did you mean {close[0]}?" if close else f"known: {', '.join(known)}"
+            ck.add(cases_map, key, f"model {case.model!r} has no benchmark ({bench}/main.py); {hint}", label)
+        if vendor is not None and case.framework not in vendor.frameworks:
+            ck.add(cases_map, key, f"framework {case.framework!r} is not provided by vendor {vendor.name!r}; "
+                                   f"expected one of: {', '.join(vendor.frameworks)}", label)
+        if cluster is not None and case.nnodes > len(cluster.hosts):
+            ck.add(cases_map, key, f"nnodes {case.nnodes} exceeds the {len(cluster.hosts)} host(s) in "
+                                   f"{cluster.path or 'the default cluster (localhost)'}", label)
+        elif cluster is not None and resolved and any(h.is_local for h in cluster.hosts[:case.nnodes]):
+            if not Path(resolved).is_dir():
+                ck.add(cases_map, key, f"data directory {resolved} does not exist on localhost", label)
+        cases.append(CaseSpec(key, case.model, case.framework, case.hw, case.nnodes, case.nproc, case.repeat,
+                              data_dir=resolved))
+    return cases
+
+
+def default_cluster() -> ClusterConfig:
+    return ClusterConfig(None, (HostSpec(LOCALHOST, 22, getpass.getuser(), None, sys.executable, ""),),
+                         str(Path("~/.ssh/known_hosts").expanduser()), 29501)
+
+
+def _load_cluster(path: Path | None, problems: list) -> ClusterConfig | None:
+    if path is None:
+        return default_cluster()
+    data, yproblems = load_yaml_file(path)
+    if yproblems:
+        problems.extend(yproblems)
+        return None
+    if not isinstance(data, LineMap):
+        problems.append(f"{path}: expected a mapping of cluster keys (HOSTS, SSH_PORT, ...)")
+        return None
+    ck = _Checker(path, problems)
+    ck.unknown_keys(data, CLUSTER_KEYS)
+    port = _port(ck, data, "SSH_PORT", 22)
+    user = ck.get(data, "SSH_USER", str, None) or getpass.getuser()
+    key = ck.path_value(data, "SSH_KEY")
+    known_hosts = ck.path_value(data, "KNOWN_HOSTS", str(Path("~/.ssh/known_hosts").expanduser()))
+    master_port = _port(ck, data, "MASTER_PORT", 29501)
+    python = ck.get(data, "PYTHON", str, None)
+    hosts_raw = data.get("HOSTS")
+    hosts = []
+    if "HOSTS" not in data:
+        problems.append(f"{path}: HOSTS: required key is missing; expected a list of addresses")
+    elif not isinstance(hosts_raw, list) or not hosts_raw:
+        ck.add(data, "HOSTS", "expected a non-empty list of addresses or {HOST: ...} mappings")
+    else:
+        for i, entry in enumerate(hosts_raw):
+            label = f"HOSTS[{i}]"
+            if isinstance(entry, str) and entry.strip():
+                address, entry = entry.strip(), LineMap()
+            elif isinstance(entry, LineMap):
+                ck.unknown_keys(entry, HOST_KEYS, prefix=f"{label}.")
+                address = ck.get(entry, "HOST", str, None, f"{label}.HOST")
+                if not address:
+                    problems.append(f"{path}: {label}: HOST is required in a host mapping")
+                    continue
+            else:
+                problems.append(f"{where(path, data, 'HOSTS')}: {label}: expected an address string or a mapping "
+                                f"with HOST, got {entry!r}")
+                continue
+            if not re.fullmatch(r"[A-Za-z0-9_.:%\[\]-]+", address):
+                problems.append(f"{where(path, data, 'HOSTS')}: {label}: {address!r} is not a host name or address")
+                continue
+            host_python = ck.get(entry, "PYTHON", str, None, f"{label}.PYTHON")
+            if host_python is None:
+                host_python = python or (sys.executable if address == LOCALHOST else "python3")
+            hosts.append(HostSpec(
+                address=address,
+                ssh_port=_port(ck, entry, "SSH_PORT", port, f"{label}.SSH_PORT"),
+                ssh_user=ck.get(entry, "SSH_USER", str, None, f"{label}.SSH_USER") or user,
+                ssh_key=ck.path_value(entry, "SSH_KEY", key, f"{label}.SSH_KEY"),
+                python=host_python,
+                flagperf_path=_host_path(ck, entry, label),
+            ))
+    return ClusterConfig(path, tuple(hosts), known_hosts, master_port)
+
+
+def _host_path(ck, entry, label) -> str:
+    value = ck.get(entry, "FLAGPERF_PATH", str, None, f"{label}.FLAGPERF_PATH")
+    if value is None:
+        return ""
+    # Remote paths are taken as written (absolute); only localhost paths resolve against the file.
+    return str(resolve(ck.path, value)) if not value.startswith("/") else value
+
+
+def _port(ck, mapping, key, default, label=None) -> int:
+    value = ck.get(mapping, key, int, default, label)
+    if not 1 <= value <= 65535:
+        ck.add(mapping, key, f"expected a TCP port 1-65535, got {value}", label)
+        return default
+    return value

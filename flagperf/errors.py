@@ -1,0 +1,34 @@
+"""Exit codes and the errors that map to them."""
+
+EXIT_OK = 0
+EXIT_CASE_FAILED = 1
+EXIT_CONFIG = 2
+EXIT_HOSTS = 3
+EXIT_INTERNAL = 4
+EXIT_INTERRUPTED = 130
+
+
+class FlagperfError(Exception):
+    exit_code = EXIT_INTERNAL
+
+
+class ConfigError(FlagperfError):
+    """One or more problems in the configuration files; each is a one-line message."""
+
+    exit_code = EXIT_CONFIG
+
+    def __init__(self, problems):
+        if isinstance(problems, str):
+            problems = [problems]
+        self.problems = list(problems)
+        super().__init__("\n".join(self.problems))
+
+
+class HostCheckError(FlagperfError):
+    exit_code = EXIT_HOSTS
+
+
+class Interrupted(FlagperfError):
+    """Raised in the main thread on SIGINT/SIGTERM."""
+
+    exit_code = EXIT_INTERRUPTED

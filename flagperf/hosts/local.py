@@ -1,0 +1,87 @@
+"""This machine, reached with plain subprocesses."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+from flagperf.hosts.base import CommandResult, HostError, Process, Transport
+
+
+class LocalProcess(Process):
+    def __init__(self, popen: subprocess.Popen):
+        self.popen = popen
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def wait(self, timeout=None):
+        try:
+            return self.popen.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def signal(self, sig):
+        if self.popen.returncode is None:
+            try:
+                self.popen.send_signal(sig)
+            except ProcessLookupError:
+                pass
+
+
+class LocalTransport(Transport):
+    def run(self, argv, timeout=60.0):
+        t0 = time.monotonic()
+        try:
+            cp = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout,
+                                stdin=subprocess.DEVNULL, errors="replace")
+        except FileNotFoundError:
+            raise HostError(f"{self.name}: command not found: {argv[0]}") from None
+        except subprocess.TimeoutExpired:
+            raise HostError(f"{self.name}: command timed out after {timeout:g} s: {list(argv)}") from None
+        return CommandResult(tuple(argv), cp.returncode, cp.stdout, cp.stderr, time.monotonic() - t0)
+
+    def spawn(self, argv, log_path=None):
+        out = open(log_path, "ab") if log_path else subprocess.DEVNULL
+        try:
+            # A session of its own: a Ctrl-C at the terminal reaches the driver only, which stops
+            # launchers and monitors in order.
+            popen = subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                     start_new_session=True)
+        except OSError as exc:
+            raise HostError(f"{self.name}: cannot start {argv[0]}: {exc}") from None
+        finally:
+            if log_path:
+                out.close()
+        return LocalProcess(popen)
+
+    def write_file(self, path, data):
+        p = Path(path)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        tmp = p.with_name(p.name + ".tmp")
+        tmp.write_bytes(data)
+        os.replace(tmp, p)
+
+    def read_file(self, path):
+        try:
+            return Path(path).read_bytes()
+        except OSError as exc:
+            raise HostError(f"{self.name}: cannot read {path}: {exc}") from None
+
+    def fetch_tree(self, remote_dir, local_dir):
+        src, dst = Path(remote_dir).resolve(), Path(local_dir).resolve()
+        if src == dst:
+            return 0, 0           # the host writes straight into the driver's tree
+        files = size = 0
+        for path in src.rglob("*"):
+            if path.is_file():
+                target = dst / path.relative_to(src)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(path, target)
+                files += 1
+                size += path.stat().st_size
+        return files, size

@@ -1,0 +1,1 @@
+"""Result parsing and summaries for flagperf runs."""

@@ -1,0 +1,140 @@
+"""Parse the files written by monitors/monitor.py (pure stdlib). Formats: docs/monitors.md.
+
+Data line: `<ISO-8601 timestamp with offset> key=value key=value ...`, values plain ints or floats.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+from datetime import datetime
+
+STATUS_FILE = "monitor_status.json"
+STATUS_SCHEMA_PREFIX = "flagperf.monitor-status/"
+HOST_SENSORS = ("cpu", "mem", "pwr")  # any other <name>_monitor.log is a GPU file named after the vendor
+
+_KEY = re.compile(r"[a-z_][a-z0-9_]*\Z")
+_INT = re.compile(r"-?\d+\Z")
+_FLOAT = re.compile(r"-?(\d+\.\d*|\.\d+|\d+)([eE][-+]?\d+)?\Z")
+
+
+def parse_monitor_line(line: str) -> tuple[datetime, dict[str, float | int]]:
+    """-> (timezone-aware timestamp, {key: number}); ValueError on anything else."""
+    tokens = line.split()
+    if len(tokens) < 2:
+        raise ValueError(f"monitor line needs a timestamp and at least one key=value: {line!r}")
+    try:
+        ts = datetime.fromisoformat(tokens[0])
+    except ValueError:
+        raise ValueError(f"bad timestamp {tokens[0]!r} in monitor line {line!r}") from None
+    if ts.tzinfo is None:
+        raise ValueError(f"timestamp without UTC offset in monitor line {line!r}")
+    values: dict[str, float | int] = {}
+    for tok in tokens[1:]:
+        key, sep, raw = tok.partition("=")
+        if not sep or not _KEY.match(key):
+            raise ValueError(f"bad field {tok!r} in monitor line {line!r}")
+        if key in values:
+            raise ValueError(f"duplicate key {key!r} in monitor line {line!r}")
+        if _INT.match(raw):
+            values[key] = int(raw)
+        elif _FLOAT.match(raw):
+            values[key] = float(raw)
+            if not math.isfinite(values[key]):
+                raise ValueError(f"non-finite value {tok!r} in monitor line {line!r}")
+        else:
+            raise ValueError(f"non-numeric value {tok!r} in monitor line {line!r}")
+    return ts, values
+
+
+def read_monitor_file(path, strict: bool = False) -> list[tuple[datetime, dict]]:
+    """All samples of one monitor file, in file order. Blank lines are ignored; a malformed line (e.g. a last
+    line cut off by a kill -9) is skipped unless strict=True, which raises ValueError naming the line."""
+    samples = []
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                samples.append(parse_monitor_line(line))
+            except ValueError as e:
+                if strict:
+                    raise ValueError(f"{path}:{n}: {e}") from None
+    return samples
+
+
+def read_status(dir) -> dict | None:
+    """monitor_status.json of a monitor output dir, or None when missing, unreadable or not a monitor status."""
+    try:
+        with open(os.path.join(dir, STATUS_FILE), encoding="utf-8") as f:
+            status = json.load(f)
+    except (OSError, ValueError):
+        return None
+    if not isinstance(status, dict) or not str(status.get("schema", "")).startswith(STATUS_SCHEMA_PREFIX):
+        return None
+    return status
+
+
+def _stats(samples, key, *kinds, ndigits=1):
+    vals = [v[key] for _, v in samples if key in v]
+    out = {}
+    if not vals:
+        return out
+    for kind in kinds:
+        x = {"mean": lambda: sum(vals) / len(vals), "max": lambda: max(vals), "min": lambda: min(vals),
+             "last": lambda: vals[-1]}[kind]()
+        out[f"{key}_{kind}"] = round(x, ndigits)
+    return out
+
+
+def summarize_monitors(node_dir) -> dict:
+    """Simple per-sensor stats of one node's monitor files, for the run summary.
+
+    -> {"cpu": {...}, "mem": {...}, "pwr": {...}, "gpu": {"vendor": ..., "devices": [{"index": 0, ...}]},
+        "unavailable": {sensor: reason}}. A sensor without data is left out; "unavailable" (from
+    monitor_status.json) is present only when the status names unavailable sensors."""
+    result: dict = {}
+
+    def samples_of(name):
+        path = os.path.join(node_dir, f"{name}_monitor.log")
+        return read_monitor_file(path) if os.path.isfile(path) else []
+
+    cpu = samples_of("cpu")
+    if cpu:
+        result["cpu"] = {"samples": len(cpu), **_stats(cpu, "util_pct", "mean", "max"),
+                         **_stats(cpu, "load1", "max", ndigits=2)}
+    mem = samples_of("mem")
+    if mem:
+        result["mem"] = {"samples": len(mem), **_stats(mem, "used_mib", "max", "mean"),
+                         **_stats(mem, "total_mib", "max"), **_stats(mem, "used_pct", "max")}
+    pwr = samples_of("pwr")
+    if pwr:
+        result["pwr"] = {"samples": len(pwr), **_stats(pwr, "power_w", "mean", "max")}
+
+    status = read_status(node_dir) or {}
+    gpu_file = ((status.get("sensors") or {}).get("gpu") or {}).get("file")
+    if not gpu_file:  # no status: any <vendor>_monitor.log that is not a host sensor
+        names = sorted(f for f in os.listdir(node_dir) if f.endswith("_monitor.log")
+                       and f[:-len("_monitor.log")] not in HOST_SENSORS) if os.path.isdir(node_dir) else []
+        gpu_file = names[0] if names else None
+    gpu = read_monitor_file(os.path.join(node_dir, gpu_file)) if gpu_file and \
+        os.path.isfile(os.path.join(node_dir, gpu_file)) else []
+    by_index: dict[int, list] = {}
+    for ts, v in gpu:
+        if "gpu" in v:
+            by_index.setdefault(int(v["gpu"]), []).append((ts, v))
+    if by_index:
+        devices = []
+        for idx in sorted(by_index):
+            s = by_index[idx]
+            devices.append({"index": idx, "samples": len(s), **_stats(s, "temp_c", "max"),
+                            **_stats(s, "power_w", "max", "mean"), **_stats(s, "mem_used_mib", "max"),
+                            **_stats(s, "mem_total_mib", "max"), **_stats(s, "util_pct", "mean", "max")})
+        result["gpu"] = {"vendor": gpu_file[:-len("_monitor.log")], "devices": devices}
+
+    unavailable = {name: st.get("reason", "") for name, st in (status.get("sensors") or {}).items()
+                   if isinstance(st, dict) and st.get("available") is False}
+    if unavailable:
+        result["unavailable"] = unavailable
+    return result

@@ -1,0 +1,193 @@
+#!/usr/bin/env python3
+"""flagperf node launcher: starts one node's ranks and waits for them.
+
+Runs ON the benchmarked host (stdlib only). Reads the launch spec written by the driver
+(``<node_dir>/launch.json``), starts ``nproc`` rank processes with the torch.distributed environment, each
+writing stdout and stderr to ``rank<R>.out.log``, and waits for their exits with ``os.waitpid``. When a rank
+fails, the others are stopped (SIGTERM to each rank's process group, SIGKILL after the grace period).
+On SIGTERM/SIGINT, or when its parent dies, it stops every rank the same way.
+
+Writes ``launcher.log`` (its own log) and ``ranks.json`` (schema ``flagperf.ranks/1``: every rank's pid and
+exit code). Exit status: 0 when every rank exited 0, 1 when a rank failed, 143 when stopped by a signal,
+2 for a bad spec.
+"""
+
+import argparse
+import datetime
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+RANKS_SCHEMA = "flagperf.ranks/1"
+
+
+def now_iso():
+    return datetime.datetime.now().astimezone().isoformat(timespec="milliseconds")
+
+
+class Launcher:
+    def __init__(self, spec):
+        self.spec = spec
+        self.out_dir = spec["out_dir"]
+        self.log_file = open(os.path.join(self.out_dir, "launcher.log"), "a", buffering=1)
+        self.procs = {}         # pid -> record
+        self.stopping = None    # reason, once the launcher decided to stop the ranks
+        self.lock = threading.RLock()
+        self.kill_timer = None
+
+    def log(self, msg):
+        self.log_file.write(f"{now_iso()} {msg}\n")
+
+    def rank_env(self, local_rank, rank):
+        s = self.spec
+        env = dict(os.environ)
+        for key, value in (s.get("env_defaults") or {}).items():
+            env.setdefault(key, value)
+        env.update(s["env"])
+        env.update(RANK=str(rank), LOCAL_RANK=str(local_rank), PYTHONUNBUFFERED="1")
+        env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // s["nproc"])))
+        if s.get("visible_devices_env"):
+            env[s["visible_devices_env"]] = s["visible_devices"]
+        return env
+
+    def start(self):
+        s = self.spec
+        self.log(f"node_rank={s['node_rank']} nnodes={s['nnodes']} nproc={s['nproc']} pid={os.getpid()} "
+                 f"case={s['case']}")
+        self.log(f"cwd={s['cwd']} argv={json.dumps(s['argv'])}")
+        self.log("env " + " ".join(f"{k}={v}" for k, v in sorted(s["env"].items())))
+        for local_rank, rank in enumerate(s["ranks"]):
+            path = os.path.join(self.out_dir, f"rank{rank}.out.log")
+            with open(path, "ab") as out:
+                proc = subprocess.Popen(s["argv"], cwd=s["cwd"], env=self.rank_env(local_rank, rank),
+                                        stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                        start_new_session=True)
+            self.procs[proc.pid] = {"rank": rank, "local_rank": local_rank, "pid": proc.pid, "proc": proc,
+                                    "started": now_iso(), "t0": time.monotonic(), "exit_code": None}
+            self.log(f"rank {rank} (local {local_rank}) started pid={proc.pid} log={path}")
+
+    def stop_all(self, reason, sig=signal.SIGTERM):
+        with self.lock:
+            first = self.stopping is None
+            if first:
+                self.stopping = reason
+                self.log(f"stopping ranks: {reason}")
+            for rec in self.procs.values():
+                if rec["exit_code"] is None:
+                    try:
+                        os.killpg(rec["pid"], sig)
+                    except ProcessLookupError:
+                        pass
+            if first:
+                self.kill_timer = threading.Timer(self.spec.get("grace_s", 10), self.stop_all,
+                                                  args=(reason, signal.SIGKILL))
+                self.kill_timer.daemon = True
+                self.kill_timer.start()
+            elif sig == signal.SIGKILL:
+                self.log("grace period over: SIGKILL to the remaining ranks")
+
+    def wait(self):
+        remaining = len(self.procs)
+        while remaining:
+            try:
+                pid, status = os.waitpid(-1, 0)
+            except ChildProcessError:
+                break
+            rec = self.procs.get(pid)
+            if rec is None:
+                continue
+            code = os.waitstatus_to_exitcode(status)
+            rec["exit_code"] = code
+            rec["proc"].returncode = code
+            rec["ended"] = now_iso()
+            rec["duration_s"] = round(time.monotonic() - rec["t0"], 3)
+            rec["stopped_by_launcher"] = self.stopping is not None
+            remaining -= 1
+            how = f"exit code {code}" if code >= 0 else f"signal {signal.Signals(-code).name}"
+            self.log(f"rank {rec['rank']} pid={pid} ended: {how} after {rec['duration_s']} s")
+            if code != 0 and self.stopping is None:
+                rec["first_failure"] = True
+                self.stop_all(f"rank {rec['rank']} failed with {how}")
+            # A rank's process group may leave children behind: make sure none survive the rank.
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        if self.kill_timer:
+            self.kill_timer.cancel()
+
+    def report(self, signalled):
+        ranks = sorted(self.procs.values(), key=lambda r: r["rank"])
+        failed = [r for r in ranks if r.get("first_failure")]
+        doc = {
+            "schema": RANKS_SCHEMA,
+            "node_rank": self.spec["node_rank"],
+            "stopped": self.stopping,
+            "signalled": signalled,
+            "first_failure": failed[0]["rank"] if failed else None,
+            "ranks": [{k: r.get(k) for k in ("rank", "local_rank", "pid", "exit_code", "started", "ended",
+                                              "duration_s", "stopped_by_launcher")} for r in ranks],
+        }
+        tmp = os.path.join(self.out_dir, "ranks.json.tmp")
+        with open(tmp, "w") as f:
+            json.dump(doc, f, indent=1)
+        os.replace(tmp, os.path.join(self.out_dir, "ranks.json"))
+        if signalled:
+            return 143
+        return 0 if all(r["exit_code"] == 0 for r in ranks) else 1
+
+
+def watch_parent(launcher, parent):
+    """Stop the ranks if the process that started the launcher goes away (driver or ssh session died)."""
+    while True:
+        time.sleep(1.0)
+        if os.getppid() != parent:
+            launcher.stop_all("the launcher's parent process exited")
+            return
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--spec", required=True, help="path of launch.json")
+    args = ap.parse_args(argv)
+    try:
+        with open(args.spec) as f:
+            spec = json.load(f)
+        if spec.get("schema") != "flagperf.launch/1":
+            raise ValueError(f"unsupported schema {spec.get('schema')!r}")
+        os.makedirs(spec["out_dir"], exist_ok=True)
+    except (OSError, ValueError, KeyError) as exc:
+        print(f"node_launcher: bad spec {args.spec}: {exc}", file=sys.stderr)
+        return 2
+    launcher = Launcher(spec)
+    signalled = []
+
+    def on_signal(signum, _frame):
+        signalled.append(signum)
+        launcher.stop_all(f"launcher received {signal.Signals(signum).name}")
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGHUP, on_signal)
+    threading.Thread(target=watch_parent, args=(launcher, os.getppid()), daemon=True).start()
+    try:
+        launcher.start()
+    except OSError as exc:
+        launcher.log(f"cannot start a rank: {exc}")
+        launcher.stop_all("a rank could not be started")
+        launcher.wait()
+        launcher.report(False)
+        print(f"node_launcher: cannot start a rank: {exc}", file=sys.stderr)
+        return 1
+    launcher.wait()
+    code = launcher.report(bool(signalled))
+    launcher.log(f"launcher done, exit status {code}")
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
