@@ -10,7 +10,8 @@ import click
 from flagperf import __version__
 from flagperf.errors import EXIT_CONFIG, EXIT_HOSTS, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, ConfigError
 
-SOURCE_ROOT = Path(__file__).resolve().parent.parent
+from flagperf.config import SOURCE_ROOT  # noqa: E402  (light: yaml and dataclasses only)
+
 DEFAULT_CONFIG = SOURCE_ROOT / "configs" / "test_conf.yaml"
 
 config_option = click.option(

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import difflib
 import getpass
+import os
 import re
 import sys
 from dataclasses import dataclass, field
@@ -17,7 +18,9 @@ from flagperf.errors import ConfigError
 from flagperf.vendors import VendorProfile, detect_vendor, load_vendor, vendor_names
 from flagperf.yamlio import LineMap, load_yaml_file, where
 
-SOURCE_ROOT = Path(__file__).resolve().parent.parent
+# The tree the driver reads benchmarks/, vendors/, launcher/ and monitors/ from: the checkout flagperf is
+# installed from, or FLAGPERF_HOME.
+SOURCE_ROOT = Path(os.environ.get("FLAGPERF_HOME") or Path(__file__).resolve().parent.parent).resolve()
 LOCALHOST = "localhost"
 RUNTIMES_KNOWN = ("docker", "bare")
 RUNTIMES_AVAILABLE = ("bare",)

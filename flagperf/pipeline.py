@@ -317,7 +317,7 @@ class Run:
         f = res.failure or {}
         msg = f"{label}: {res.status.upper()} after {res.duration_s:.1f} s: {f.get('reason', '')}"
         if f.get("rank") is not None:
-            msg += f" (node {f.get('node')}, rank {f['rank']}, exit code {f.get('exit_code')}, log {f.get('log')})"
+            msg += f" (node {f.get('node')}, rank {f['rank']}, {describe_exit(f.get('exit_code'))}, log {f.get('log')})"
         self.step(msg, logging.ERROR)
         for line in f.get("last_lines") or []:
             self.say(f"    | {line}")
@@ -340,6 +340,16 @@ class Run:
         for h in self.log.handlers:
             h.close()
         self.log.handlers[:] = []
+
+
+def describe_exit(code) -> str:
+    """'exit code 7', or 'killed by SIGKILL (exit code -9)' for a rank ended by a signal."""
+    if isinstance(code, int) and code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name} (exit code {code})"
+        except ValueError:
+            pass
+    return f"exit code {code}"
 
 
 def _node_ranks(res, label):

@@ -1,0 +1,31 @@
+"""Test-only benchmark: ranks sleep; the rank named by ``fail_rank`` exits with ``fail_code`` first.
+
+Used by the end-to-end tests to make one rank fail (or to be killed from outside) while its siblings
+are still running. It speaks the PerfLog contract so a passing round is a real, valid round.
+"""
+import json
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")))
+from common import harness  # noqa: E402
+
+log = harness.PerfLog()
+log.event("INIT_START")
+args, cfg = harness.parse_args()
+rank = int(os.environ["RANK"])
+log.event("RUN_START")
+print(f"rank {rank} env " + json.dumps({k: os.environ.get(k) for k in (
+    "MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK", "NODE_RANK", "LOCAL_WORLD_SIZE",
+    "CUDA_VISIBLE_DEVICES", "FLAGPERF_DEVICE", "OMP_NUM_THREADS")}), flush=True)
+t0 = time.time()
+if rank == cfg.get("fail_rank", -1):
+    time.sleep(cfg.get("fail_after_s", 0.5))
+    print(f"rank {rank}: failing on purpose with exit code {cfg.get('fail_code', 7)}", flush=True)
+    sys.exit(cfg.get("fail_code", 7))
+time.sleep(cfg.get("sleep_s", 1.0))
+log.event("RUN_END")
+if rank == 0:
+    log.finished(benchmark="sleeper", metric="slept_s", value=time.time() - t0, unit="s", higher_is_better=False,
+                 metrics={}, checks={"passed": True, "details": {}}, env={"device": "cpu"})

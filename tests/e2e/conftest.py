@@ -1,0 +1,102 @@
+"""End-to-end fixtures: a flagperf tree with the test-only benchmarks, and the real CLI in a subprocess."""
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+HERE = Path(__file__).resolve().parent
+
+
+@pytest.fixture
+def flagperf_home(tmp_path):
+    """A FLAGPERF_HOME: the repo's launcher, monitors, vendors and benchmarks plus tests/e2e/benchmarks/*."""
+    home = tmp_path / "home"
+    (home / "benchmarks").mkdir(parents=True)
+    for name in ("launcher", "monitors"):
+        (home / name).symlink_to(REPO / name)
+    for vendor in (REPO / "vendors").iterdir():       # real folders, so tests can add override files
+        (home / "vendors" / vendor.name).mkdir(parents=True)
+        for entry in vendor.iterdir():
+            (home / "vendors" / vendor.name / entry.name).symlink_to(entry)
+    for bench in (REPO / "benchmarks").iterdir():
+        (home / "benchmarks" / bench.name).symlink_to(bench)
+    for bench in (HERE / "benchmarks").iterdir():
+        shutil.copytree(bench, home / "benchmarks" / bench.name)
+    return home
+
+
+def write_conf(tmp_path, cases, **extra):
+    """A test config running on localhost with RUNTIME: bare and VENDOR: cpu."""
+    lines = ["VENDOR: cpu", "RUNTIME: bare", f"FLAGPERF_LOG_PATH: {tmp_path / 'result'}", "MONITOR_INTERVAL: 0.5"]
+    lines += [f"{k}: {v}" for k, v in extra.items()]
+    lines.append("CASES:")
+    lines += [f'  "{key}": {data}' for key, data in cases.items()]
+    path = tmp_path / "test_conf.yaml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def start_cli(args, home=None, **kw):
+    env = dict(os.environ)
+    if home is not None:
+        env["FLAGPERF_HOME"] = str(home)
+    return subprocess.Popen([sys.executable, "-m", "flagperf", *map(str, args)], env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kw)
+
+
+def run_cli(args, home=None, timeout=180):
+    proc = start_cli(args, home)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+        raise AssertionError(f"flagperf {args} did not finish in {timeout} s\n{out}\n{err}")
+    return proc.returncode, out, err
+
+
+def only_run_dir(result):
+    runs = sorted(p for p in Path(result).iterdir() if p.name.startswith("run"))
+    assert len(runs) == 1, runs
+    return runs[0]
+
+
+def processes_matching(text):
+    """pids of live processes whose command line contains text (zombies excluded)."""
+    found = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            state = (d / "stat").read_text().split(") ")[-1].split()[0]
+        except OSError:
+            continue
+        if text in cmd and state != "Z":
+            found.append(int(d.name))
+    return found
+
+
+def wait_for(predicate, timeout, what):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+def kill_all(pids, sig=signal.SIGKILL):
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass

@@ -1,0 +1,202 @@
+"""End-to-end: real `flagperf` processes, real node launchers, real rank processes on localhost."""
+
+import json
+import re
+import signal
+import time
+from pathlib import Path
+
+import yaml
+
+from flagperf.results.monitors import read_monitor_file
+from flagperf.results.perflog import read_records, validate_finished
+
+from .conftest import (REPO, kill_all, only_run_dir, processes_matching, run_cli, start_cli, wait_for,
+                       write_conf)
+
+
+def test_embedded_default_config_runs(tmp_path):
+    """The README's main job: configs/test_conf.yaml, with its results written to a temporary folder."""
+    conf = yaml.safe_load((REPO / "configs" / "test_conf.yaml").read_text())
+    conf.update(FLAGPERF_PATH=str(REPO), FLAGPERF_LOG_PATH=str(tmp_path / "result"),
+                CLUSTER=str(REPO / "configs" / "cluster.yaml"))
+    path = tmp_path / "conf.yaml"
+    path.write_text(yaml.safe_dump(conf))
+    t0 = time.monotonic()
+    code, out, err = run_cli(["run", "--config", path], timeout=150)
+    elapsed = time.monotonic() - t0
+    assert code == 0, out + err
+    run = only_run_dir(tmp_path / "result")
+    assert re.fullmatch(r"run\d{14}", run.name)
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["schema"] == "flagperf.summary/1" and summary["status"] == "passed"
+    assert [c["status"] for c in summary["cases"]] == ["passed"] * len(conf["CASES"])
+    assert any(c["nproc"] >= 2 for c in summary["cases"])
+    assert elapsed < 90, f"the embedded default took {elapsed:.0f} s"
+    assert "passed" in out and "summary" in out
+
+
+def test_two_rank_run_tree_summary_and_monitors(tmp_path):
+    conf = write_conf(tmp_path, {"gemm:pytorch:test:1:2:2": "null"})
+    code, out, err = run_cli(["run", "--config", conf])
+    assert code == 0, out + err
+    assert "Traceback" not in out + err
+    run = only_run_dir(tmp_path / "result")
+    for name in ("flagperf_run.log", "effective_config.yaml", "summary.json", "run.json"):
+        assert (run / name).is_file(), name
+    runlog = (run / "flagperf_run.log").read_text()
+    assert re.search(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}[+-]\d\d:\d\d INFO .*\$ .*node_launcher\.py --spec",
+                     runlog, re.M), runlog
+    assert "monitor.py --out-dir" in runlog
+    effective = yaml.safe_load((run / "effective_config.yaml").read_text())
+    assert effective["VENDOR"] == "cpu" and effective["RUNTIME"] == "bare"
+
+    summary = json.loads((run / "summary.json").read_text())
+    (case,) = summary["cases"]
+    assert case["name"] == "gemm-pytorch-test-1x2" and case["status"] == "passed"
+    assert case["unit"] == "TFLOP/s" and case["metric"].startswith("tflops_")
+    values = [r["value"] for r in case["rounds"]]
+    assert len(values) == 2 and all(v > 0 for v in values)
+    st = case["stats"]["value"]
+    assert st["n"] == 2 and st["min"] == min(values) and st["max"] == max(values)
+    assert abs(st["median"] - sum(values) / 2) < 1e-9
+
+    for k in (1, 2):
+        node = run / case["name"] / f"round{k}" / "localhost_noderank0"
+        for name in ("rank0.out.log", "rank1.out.log", "launcher.log", "ranks.json", "launch.json",
+                     "case_config.json", "cpu_monitor.log", "mem_monitor.log", "monitor_status.json"):
+            assert (node / name).is_file(), f"{node}/{name}"
+        ranks = json.loads((node / "ranks.json").read_text())
+        assert [(r["rank"], r["exit_code"]) for r in ranks["ranks"]] == [(0, 0), (1, 0)]
+        finished = [r for r in read_records(node / "rank0.out.log") if r["event"] == "FINISHED"]
+        assert len(finished) == 1 and validate_finished(finished[0]) == []
+        for sensor in ("cpu", "mem"):
+            samples = read_monitor_file(node / f"{sensor}_monitor.log", strict=True)
+            assert samples, sensor
+            assert all(ts.tzinfo is not None for ts, _ in samples)
+        assert not (node / "pwr_monitor.log").exists() or read_monitor_file(node / "pwr_monitor.log", strict=True)
+    # A missing sensor is reported once in the run log, never per round.
+    assert runlog.count("sensor pwr unavailable") <= 1
+
+
+def test_distributed_environment_two_nodes(tmp_path, flagperf_home):
+    """localhost twice: two node launchers, global ranks 0..3, NODE_RANK and LOCAL_RANK per rank."""
+    (tmp_path / "cluster.yaml").write_text("HOSTS: [localhost, localhost]\nMASTER_PORT: 29633\n")
+    conf = write_conf(tmp_path, {"sleeper:pytorch:test:2:2:1": "null"}, CLUSTER="cluster.yaml")
+    code, out, err = run_cli(["run", "--config", conf], home=flagperf_home)
+    assert code == 0, out + err
+    run = only_run_dir(tmp_path / "result")
+    seen = {}
+    for node_rank in (0, 1):
+        node = run / "sleeper-pytorch-test-2x2" / "round1" / f"localhost_noderank{node_rank}"
+        for local_rank in (0, 1):
+            rank = node_rank * 2 + local_rank
+            text = (node / f"rank{rank}.out.log").read_text()
+            env = json.loads(re.search(r"rank \d+ env (.*)", text).group(1))
+            seen[rank] = env
+            assert env["RANK"] == str(rank) and env["LOCAL_RANK"] == str(local_rank)
+            assert env["NODE_RANK"] == str(node_rank) and env["WORLD_SIZE"] == "4"
+            assert env["MASTER_ADDR"] == "127.0.0.1" and env["MASTER_PORT"] == "29633"
+            assert env["LOCAL_WORLD_SIZE"] == "2" and env["FLAGPERF_DEVICE"] == "cpu"
+    assert sorted(seen) == [0, 1, 2, 3]
+
+
+def test_failing_rank_stops_its_sibling_and_next_case_runs(tmp_path, flagperf_home):
+    cases = {"sleeper:pytorch:fail:1:2:1": "null", "sleeper:pytorch:ok:1:1:1": "null"}
+    conf = write_conf(tmp_path, cases)
+    # The failing case gets its config from a vendor override file for hw "fail" (FlagPerf's lookup).
+    override = flagperf_home / "vendors" / "cpu" / "sleeper"
+    override.mkdir()
+    (override / "config_fail.yaml").write_text("fail_rank: 1\nfail_code: 7\nsleep_s: 120\n")
+    t0 = time.monotonic()
+    code, out, err = run_cli(["run", "--config", conf], home=flagperf_home, timeout=120)
+    elapsed = time.monotonic() - t0
+    assert code == 1, out + err
+    assert elapsed < 40, f"the sibling was not stopped promptly ({elapsed:.0f} s)"
+    assert "Traceback" not in out + err
+    assert "rank 1" in out and "exit code 7" in out and "failing on purpose" in out
+    run = only_run_dir(tmp_path / "result")
+    node = run / "sleeper-pytorch-fail-1x2" / "round1" / "localhost_noderank0"
+    ranks = {r["rank"]: r for r in json.loads((node / "ranks.json").read_text())["ranks"]}
+    assert ranks[1]["exit_code"] == 7 and not ranks[1]["stopped_by_launcher"]
+    assert ranks[0]["exit_code"] == -signal.SIGTERM and ranks[0]["stopped_by_launcher"]
+    assert (node / "rank0.out.log").is_file() and (node / "rank1.out.log").is_file()
+    summary = json.loads((run / "summary.json").read_text())
+    failed, ok = summary["cases"]
+    assert failed["status"] == "failed" and ok["status"] == "passed"
+    failure = failed["rounds"][0]["failure"]
+    assert failure["rank"] == 1 and failure["exit_code"] == 7
+    assert any("failing on purpose" in line for line in failure["last_lines"])
+    assert summary["status"] == "failed"
+    assert processes_matching(str(flagperf_home / "benchmarks" / "sleeper")) == []
+
+
+def _start_sleepers(tmp_path, home, **extra):
+    conf = write_conf(tmp_path, {"sleeper:pytorch:long:1:2:1": "null"}, **extra)
+    (home / "benchmarks" / "sleeper" / "case_config.yaml").write_text("sleep_s: 120\n")
+    proc = start_cli(["run", "--config", conf], home=home)
+    launcher_log = lambda: list((tmp_path / "result").glob("run*/*/round1/*/launcher.log"))  # noqa: E731
+
+    def pids():
+        logs = launcher_log()
+        text = logs[0].read_text() if logs else ""
+        found = [int(p) for p in re.findall(r"rank \d \(local \d\) started pid=(\d+)", text)]
+        return found if len(found) == 2 else None
+    rank_pids = wait_for(pids, 60, "both ranks to start")
+    return proc, rank_pids
+
+
+def test_rank_killed_from_outside_fails_the_run_promptly(tmp_path, flagperf_home):
+    proc, rank_pids = _start_sleepers(tmp_path, flagperf_home)
+    try:
+        time.sleep(0.5)
+        t0 = time.monotonic()
+        kill_all([rank_pids[1]], signal.SIGKILL)
+        out, err = proc.communicate(timeout=60)
+        elapsed = time.monotonic() - t0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1, out + err
+    assert elapsed < 20, elapsed
+    assert "rank 1" in out and "SIGKILL" in out
+    assert processes_matching(str(flagperf_home / "benchmarks" / "sleeper")) == []
+    assert processes_matching(str(tmp_path / "result")) == []          # no launcher or monitor left
+    run = only_run_dir(tmp_path / "result")
+    ranks = json.loads(next(run.glob("*/round1/*/ranks.json")).read_text())["ranks"]
+    assert ranks[1]["exit_code"] == -signal.SIGKILL
+
+
+def test_sigint_interrupts_cleanly(tmp_path, flagperf_home):
+    proc, _ = _start_sleepers(tmp_path, flagperf_home)
+    try:
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, out + err
+    assert "Traceback" not in out + err
+    assert processes_matching(str(flagperf_home / "benchmarks" / "sleeper")) == []
+    assert processes_matching(str(tmp_path / "result")) == []
+    run = only_run_dir(tmp_path / "result")
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["status"] == "interrupted"
+    assert summary["cases"][0]["rounds"][0]["status"] == "interrupted"
+    assert list(run.glob("*/round1/*/rank0.out.log")), "logs of the interrupted round are kept"
+
+
+def test_check_localhost(tmp_path):
+    conf = write_conf(tmp_path, {"gemm:pytorch:test:1:1:1": "null"})
+    code, out, err = run_cli(["check", "--config", conf])
+    assert code == 0, out + err
+    assert "localhost" in out and "ok" in out
+    (tmp_path / "cluster.yaml").write_text("HOSTS:\n  - HOST: localhost\n    PYTHON: /nonexistent/python3\n")
+    conf = write_conf(tmp_path, {"gemm:pytorch:test:1:1:1": "null"}, CLUSTER="cluster.yaml")
+    code, out, err = run_cli(["check", "--config", conf])
+    assert code == 3, out + err
+    assert "python_missing" in out
+    code, out, err = run_cli(["run", "--config", conf])
+    assert code == 3, out + err
+    assert not list((tmp_path / "result").glob("run*/*/round1")), "no round may start when a host check fails"
