@@ -24,7 +24,7 @@ cluster_option = click.option(
 
 def _console(stderr=False):
     from rich.console import Console
-    console = Console(stderr=stderr, highlight=False, soft_wrap=True)
+    console = Console(stderr=stderr, highlight=False, soft_wrap=True, emoji=False)
     if not console.is_terminal:
         console.width = 160         # logs and pipes: do not squeeze tables into 80 columns
     return console

@@ -224,20 +224,30 @@ def load_config(test_path, cluster_override=None, *, source_root: Path = SOURCE_
     cluster_file = None
     if cluster_override is not None:
         cluster_file = Path(cluster_override).expanduser().resolve()
+        origin = f"{cluster_file}: --cluster"
     else:
         value = ck.get(data, "CLUSTER", str, None)
         if value:
             cluster_file = resolve(test_path, value)
-    cluster = _load_cluster(cluster_file, problems)
+            origin = f"{where(test_path, data, 'CLUSTER')}: CLUSTER: {cluster_file}"
+    if cluster_file is not None and not cluster_file.exists():
+        problems.append(f"{origin}: file not found; expected a cluster config (YAML with HOSTS)")
+        cluster = None
+    else:
+        cluster = _load_cluster(cluster_file, problems)
 
     # Vendor.
-    vendor_name = ck.get(data, "VENDOR", str, "auto")
+    vendor_name = ck.get(data, "VENDOR", str, None if "VENDOR" in data and data["VENDOR"] is not None else "auto")
     reason = "set in the test config"
-    if vendor_name == "auto":
+    if vendor_name is None:
+        pass                                # wrong type: already reported
+    elif vendor_name == "auto":
         vendor_name, reason = detect()
         reason = f"VENDOR: auto -> {vendor_name} ({reason})"
     vendor = None
-    if vendor_name not in vendor_names(source_root):
+    if vendor_name is None:
+        pass
+    elif vendor_name not in vendor_names(source_root):
         ck.add(data, "VENDOR", f"no vendor {vendor_name!r} under {source_root / 'vendors'}; "
                                f"expected one of: auto, {', '.join(vendor_names(source_root))}")
     else:
@@ -391,6 +401,8 @@ def _load_cluster(path: Path | None, problems: list) -> ClusterConfig | None:
                 python=host_python,
                 flagperf_path=_host_path(ck, entry, label),
             ))
+    if not hosts:
+        return None     # the problems are reported above; checking the cases against 0 hosts would only repeat them
     return ClusterConfig(path, tuple(hosts), known_hosts, master_port)
 
 

@@ -274,6 +274,11 @@ class Run:
             self._report_sensors(node)
             res.nodes.append(nres)
         if res.status in ("failed", "timeout", "interrupted") or first_fail:
+            if not first_fail and res.failure and res.failure.get("node"):
+                # The node failed without a failing rank: the launcher itself broke; show its own output.
+                node = next(n for n in nodes if n.label == res.failure["node"])
+                out = node.local_dir / "launcher.out.log"
+                res.failure.update(log=str(out), last_lines=perflog.tail(out, 12))
             if first_fail:
                 node, rank = first_fail
                 rec = next((r for r in _node_ranks(res, node.label) if r.get("rank") == rank), {})

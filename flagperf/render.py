@@ -53,7 +53,7 @@ def summary_table(summary: dict) -> Table:
     table = Table(title=f"flagperf {summary['run_id']}: {summary['status']}")
     for col, just in (("case", "left"), ("status", "left"), ("rounds", "right"), ("metric", "left"),
                       ("median", "right"), ("mean", "right"), ("min", "right"), ("max", "right"),
-                      ("unit", "left"), ("e2e s", "right")):
+                      ("unit", "left"), ("e2e s", "right"), ("note", "left")):
         table.add_column(col, justify=just)
     for case in summary["cases"]:
         st = case["stats"].get("value") or {}
@@ -62,7 +62,7 @@ def summary_table(summary: dict) -> Table:
         table.add_row(
             case["name"], f"[{style}]{case['status']}[/]", f"{case['rounds_passed']}/{len(case['rounds'])}",
             case["metric"] or "-", _num(st.get("median")), _num(st.get("mean")), _num(st.get("min")),
-            _num(st.get("max")), case["unit"] or "", _num(e2e.get("median")),
+            _num(st.get("max")), case["unit"] or "", _num(e2e.get("median")), _note(case),
         )
     return table
 
@@ -71,3 +71,12 @@ def _num(v) -> str:
     if v is None:
         return "-"
     return f"{v:.4g}" if abs(v) < 1e6 else f"{v:.3e}"
+
+
+def _note(case) -> str:
+    """The first failure of a case, short."""
+    for r in case["rounds"]:
+        f = r.get("failure")
+        if f:
+            return f"round {r['round']}: {f.get('reason', r['status'])}"
+    return ""

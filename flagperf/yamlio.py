@@ -56,7 +56,9 @@ def load_yaml_file(path: Path):
     try:
         return yaml.load(text, Loader=_Loader), []
     except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
+        # "while scanning a simple key" errors point past the faulty line; their context is the line itself.
+        mark = exc.context_mark if exc.context_mark is not None and exc.problem and "expected ':'" in exc.problem \
+            else (exc.problem_mark or exc.context_mark)
         where = f":{mark.line + 1}" if mark is not None else ""
         what = " ".join(str(x) for x in (exc.context, exc.problem) if x)
         return None, [f"{path}{where}: YAML syntax error: {what}"]

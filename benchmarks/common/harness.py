@@ -318,7 +318,10 @@ class Stopwatch:
         self.t0 = self.elapsed = None
 
     def _sync(self):
-        self.ctx.barrier() if self.use_barrier else self.ctx.sync()
+        if self.use_barrier:
+            self.ctx.barrier()
+        else:
+            self.ctx.sync()
 
     def start(self):
         self._sync()

@@ -139,11 +139,11 @@ ERRORS = [
     pytest.param({}, ["--config", "nope.yaml"],
                  [("nope.yaml", None, ["file not found"])], id="test-config-missing"),
     pytest.param({"test.yaml": conf("CLUSTER: nocluster.yaml")}, ["--config", "test.yaml"],
-                 [("test.yaml", 4, ["CLUSTER: ", "{tmp}/nocluster.yaml", "not found"])],
+                 [("test.yaml", 4, ["CLUSTER: {tmp}/nocluster.yaml: file not found"])],
                  id="cluster-missing-via-CLUSTER"),
     pytest.param({"test.yaml": conf()}, ["--config", "test.yaml", "--cluster", "nocluster.yaml"],
-                 [("nocluster.yaml", None, ["--cluster", "not found"])], id="cluster-missing-via-option"),
-    pytest.param({"test.yaml": conf("CLUSTER: cluster.yaml"), "cluster.yaml": "HOSTS:\n  - localhost\n  bad\n"},
+                 [("nocluster.yaml", None, ["--cluster: file not found"])], id="cluster-missing-via-option"),
+    pytest.param({"test.yaml": conf("CLUSTER: cluster.yaml"), "cluster.yaml": "HOSTS:\n  - localhost\n\tbad: x\n"},
                  [], [("cluster.yaml", 3, ["YAML syntax error"])], id="cluster-yaml-syntax"),
     pytest.param({"test.yaml": conf("CLUSTER: cluster.yaml"), "cluster.yaml": "HOSTS:\n  - localhost\nSSH_PROT: 22\n"},
                  [], [("cluster.yaml", 3, ["SSH_PROT: unknown key; did you mean SSH_PORT?"])],
@@ -181,6 +181,7 @@ def test_config_error_through_cli(tmp_path, write, run_cli, files, args, expecte
     for name, text in files.items():
         write(tmp_path, name, text)
     cli_config_error(tmp_path, run_cli, args or ["--config", tmp_path / "test.yaml"], expected)
+
 
 
 @pytest.mark.parametrize("field, index", [("nnodes", 3), ("nproc", 4), ("repeat", 5)])
