@@ -6,6 +6,7 @@ import signal
 import time
 from pathlib import Path
 
+import pytest
 import yaml
 
 from flagperf.results.monitors import read_monitor_file
@@ -167,11 +168,12 @@ def test_rank_killed_from_outside_fails_the_run_promptly(tmp_path, flagperf_home
     assert ranks[1]["exit_code"] == -signal.SIGKILL
 
 
-def test_sigint_interrupts_cleanly(tmp_path, flagperf_home):
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_interrupt_stops_everything_and_keeps_logs(tmp_path, flagperf_home, sig):
     proc, _ = _start_sleepers(tmp_path, flagperf_home)
     try:
         time.sleep(0.5)
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(sig)
         out, err = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
@@ -200,3 +202,14 @@ def test_check_localhost(tmp_path):
     code, out, err = run_cli(["run", "--config", conf])
     assert code == 3, out + err
     assert not list((tmp_path / "result").glob("run*/*/round1")), "no round may start when a host check fails"
+
+
+def test_clear_caches_drops_or_warns(tmp_path, flagperf_home):
+    conf = write_conf(tmp_path, {"sleeper:pytorch:cc:1:1:2": "null"}, CLEAR_CACHES="true")
+    code, out, err = run_cli(["run", "--config", conf], home=flagperf_home)
+    assert code == 0, out + err
+    runlog = (only_run_dir(tmp_path / "result") / "flagperf_run.log").read_text()
+    dropped = runlog.count("page cache dropped")
+    warned = runlog.count("CLEAR_CACHES: cannot drop the page cache")
+    assert dropped + warned == 2, runlog      # once per round, one way or the other
+    assert "drop_caches" in runlog            # the exact command is logged
