@@ -7,7 +7,6 @@ the line where YAML gives one, the key, and what was expected.
 from __future__ import annotations
 
 import difflib
-import getpass
 import os
 import re
 import sys
@@ -76,8 +75,8 @@ class CaseSpec:
 @dataclass(frozen=True)
 class HostSpec:
     address: str
-    ssh_port: int
-    ssh_user: str
+    ssh_port: int | None        # None: from ~/.ssh/config, else 22
+    ssh_user: str | None        # None: from ~/.ssh/config, else the current user
     ssh_key: str | None
     python: str
     flagperf_path: str
@@ -344,7 +343,7 @@ def _load_cases(ck: _Checker, data, cluster, vendor, source_root) -> list:
 
 
 def default_cluster() -> ClusterConfig:
-    return ClusterConfig(None, (HostSpec(LOCALHOST, 22, getpass.getuser(), None, sys.executable, ""),),
+    return ClusterConfig(None, (HostSpec(LOCALHOST, None, None, None, sys.executable, ""),),
                          str(Path("~/.ssh/known_hosts").expanduser()), 29501)
 
 
@@ -360,8 +359,8 @@ def _load_cluster(path: Path | None, problems: list) -> ClusterConfig | None:
         return None
     ck = _Checker(path, problems)
     ck.unknown_keys(data, CLUSTER_KEYS)
-    port = _port(ck, data, "SSH_PORT", 22)
-    user = ck.get(data, "SSH_USER", str, None) or getpass.getuser()
+    port = _port(ck, data, "SSH_PORT", None)
+    user = ck.get(data, "SSH_USER", str, None)
     key = ck.path_value(data, "SSH_KEY")
     known_hosts = ck.path_value(data, "KNOWN_HOSTS", str(Path("~/.ssh/known_hosts").expanduser()))
     master_port = _port(ck, data, "MASTER_PORT", 29501)
@@ -414,9 +413,9 @@ def _host_path(ck, entry, label) -> str:
     return str(resolve(ck.path, value)) if not value.startswith("/") else value
 
 
-def _port(ck, mapping, key, default, label=None) -> int:
+def _port(ck, mapping, key, default, label=None) -> int | None:
     value = ck.get(mapping, key, int, default, label)
-    if not 1 <= value <= 65535:
+    if value is not None and not 1 <= value <= 65535:
         ck.add(mapping, key, f"expected a TCP port 1-65535, got {value}", label)
         return default
     return value

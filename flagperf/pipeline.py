@@ -20,7 +20,6 @@ import signal
 import threading
 import time
 from datetime import datetime
-from pathlib import Path
 
 import yaml
 

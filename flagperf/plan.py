@@ -113,7 +113,7 @@ def merged_case_config(config: Config, case: CaseSpec) -> tuple:
 
 
 def build_plan(config: Config, run_id: str | None = None) -> Plan:
-    t, vendor = config.test, config.vendor
+    t = config.test
     run_id = run_id or new_run_id(t.log_path)
     run_dir = t.log_path / run_id
     cases = []

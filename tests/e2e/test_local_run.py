@@ -4,7 +4,6 @@ import json
 import re
 import signal
 import time
-from pathlib import Path
 
 import pytest
 import yaml

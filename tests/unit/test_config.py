@@ -4,7 +4,6 @@ Every configuration error goes through the real CLI: exit code 2, one line per p
 file (with the line where YAML gives one), the key and what was expected, and no traceback. The positive
 cases (path resolution, overrides, defaults, VENDOR: auto) go through ``load_config`` directly.
 """
-import getpass
 import sys
 from pathlib import Path
 
@@ -332,8 +331,9 @@ def test_cluster_defaults_without_cluster_keys(tmp_path, write):
     cfg = load_config(test, detect=cpu_detector)
     local, remote = cfg.cluster.hosts
     assert local.python == sys.executable and remote.python == "python3"
-    assert local.ssh_port == remote.ssh_port == 22
-    assert local.ssh_user == remote.ssh_user == getpass.getuser()
+    # Unset port and user stay None: the SSH transport takes them from ~/.ssh/config, else 22 and the current user.
+    assert local.ssh_port is remote.ssh_port is None
+    assert local.ssh_user is remote.ssh_user is None
     assert local.ssh_key is None and remote.ssh_key is None
     assert cfg.cluster.master_port == 29501
     assert cfg.cluster.known_hosts == str(Path("~/.ssh/known_hosts").expanduser())
@@ -352,7 +352,7 @@ def test_defaults(tmp_path, write):
     assert t.monitor_interval == 1.0 and t.case_timeout == 7200.0
     assert t.visible_devices_env is None                      # the cpu vendor has none
     assert cfg.cluster.path is None
-    assert [(h.address, h.ssh_port, h.python) for h in cfg.cluster.hosts] == [("localhost", 22, sys.executable)]
+    assert [(h.address, h.ssh_port, h.python) for h in cfg.cluster.hosts] == [("localhost", None, sys.executable)]
     assert cfg.cluster.hosts[0].flagperf_path == str(SOURCE_ROOT)
     assert cfg.cluster.master_port == 29501
     (case,) = t.cases

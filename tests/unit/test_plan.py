@@ -115,9 +115,9 @@ def test_remote_master_and_per_host_paths(tmp_path, write, source_root):
             FLAGPERF_PATH: /data/fp
         MASTER_PORT: 29700
         """)
-    test = write(tmp_path, "test.yaml", f'VENDOR: cpu\nRUNTIME: bare\nFLAGPERF_PATH: /opt/flagperf\n'
-                                        f'FLAGPERF_LOG_PATH: /logs\nCLUSTER: cluster.yaml\n'
-                                        f'CASES:\n  "gemm:pytorch:local:2:1:1": /data/gemm\n')
+    test = write(tmp_path, "test.yaml", 'VENDOR: cpu\nRUNTIME: bare\nFLAGPERF_PATH: /opt/flagperf\n'
+                                        'FLAGPERF_LOG_PATH: /logs\nCLUSTER: cluster.yaml\n'
+                                        'CASES:\n  "gemm:pytorch:local:2:1:1": /data/gemm\n')
     plan = build_plan(load_config(test, source_root=source_root, detect=fail_detect), run_id=RUN_ID)
     n0, n1 = plan.cases[0].rounds[0].nodes
     assert n0.launch_spec["env"]["MASTER_ADDR"] == n1.launch_spec["env"]["MASTER_ADDR"] == "10.0.0.1"
@@ -136,7 +136,7 @@ def test_case_config_overrides_merge_in_order(tmp_path, write, source_root, repo
     vdir = source_root / "vendors" / "nvidia" / "gemm"
     write(vdir, "case_config.yaml", "m: 1024\nn: 1024\nk: 1024\nvendor_only: 1\n")
     write(vdir, "config_local.yaml", "n: 2048\nk: 2048\nhw_only: 2\n")
-    write(vdir, f"config_localx2x2.yaml", "k: 4096\nscale_only: 3\nnnodes: 99\n")
+    write(vdir, "config_localx2x2.yaml", "k: 4096\nscale_only: 3\nnnodes: 99\n")
     write(vdir, "config_localx1x2.yaml", "k: 1\nwrong_scale: true\n")         # another scale: not used
     write(vdir, "config_other.yaml", "k: 2\nwrong_hw: true\n")                # another hw: not used
     write(source_root / "vendors" / "cpu" / "gemm", "config_localx2x2.yaml", "wrong_vendor: true\n")
