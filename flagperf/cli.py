@@ -17,6 +17,9 @@ DEFAULT_CONFIG = SOURCE_ROOT / "configs" / "test_conf.yaml"
 config_option = click.option(
     "--config", "config_path", type=click.Path(dir_okay=False, path_type=Path), default=DEFAULT_CONFIG,
     show_default=True, help="Test config (YAML): VENDOR, RUNTIME, CASES, ...")
+accept_option = click.option(
+    "--accept-new-host-keys", is_flag=True,
+    help="Record the keys of SSH hosts missing from KNOWN_HOSTS (a changed key is still refused).")
 cluster_option = click.option(
     "--cluster", "cluster_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
     help="Cluster config (YAML); overrides CLUSTER of the test config.")
@@ -54,8 +57,9 @@ def main():
 @main.command()
 @config_option
 @cluster_option
+@accept_option
 @click.option("--dry-run", is_flag=True, help="Print the plan (hosts, ranks, commands, paths) and touch nothing.")
-def run(config_path, cluster_path, dry_run):
+def run(config_path, cluster_path, accept_new_host_keys, dry_run):
     """Run every case of the test config, collect the results and summarise them."""
     cfg = _load(config_path, cluster_path)
     from flagperf.plan import build_plan
@@ -79,7 +83,7 @@ def run(config_path, cluster_path, dry_run):
         console.print(f"[dim]{datetime.now():%H:%M:%S}[/] {msg}", markup=True, highlight=False) \
             if "[" not in msg else console.print(f"{datetime.now():%H:%M:%S} {msg}", markup=False)
 
-    runner = Run(plan, say=say)
+    runner = Run(plan, say=say, accept_new_host_keys=accept_new_host_keys)
     try:
         code = runner.execute()
     except KeyboardInterrupt:
@@ -100,13 +104,79 @@ def run(config_path, cluster_path, dry_run):
 @main.command()
 @config_option
 @cluster_option
-def check(config_path, cluster_path):
-    """Check every host of the cluster: reachable, Python, deploy path, torch, disk, accelerators."""
+@accept_option
+def check(config_path, cluster_path, accept_new_host_keys):
+    """Check every host in parallel: SSH, host key, Python, deploy path, torch, disk, accelerators."""
     cfg = _load(config_path, cluster_path)
     from flagperf.checks import check_hosts, needed_accelerators
     from flagperf.render import check_table
-    results = check_hosts(cfg, need_nproc=needed_accelerators(cfg))
+    results = check_hosts(cfg, need_nproc=needed_accelerators(cfg), accept_new_host_keys=accept_new_host_keys)
     _console().print(check_table(results))
+    sys.exit(EXIT_OK if all(r.ok for r in results) else EXIT_HOSTS)
+
+
+@main.command()
+@config_option
+@cluster_option
+@accept_option
+def deploy(config_path, cluster_path, accept_new_host_keys):
+    """Sync benchmarks/, vendors/, launcher/ and monitors/ to every host's FLAGPERF_PATH (only what differs)."""
+    cfg = _load(config_path, cluster_path)
+    from rich.table import Table
+
+    from flagperf.checks import connect_hosts, unique_hosts
+    from flagperf.deploy import deploy_host, local_manifest
+    from flagperf.hosts.fanout import fan_out
+    hosts = unique_hosts(cfg.cluster.hosts)
+    transports, failures = connect_hosts(cfg, hosts, accept_new_host_keys=accept_new_host_keys)
+    manifest = local_manifest(cfg.source_root)
+    try:
+        outcomes = fan_out([h for h in hosts if h.address in transports],
+                           lambda h: deploy_host(transports[h.address], cfg.source_root, manifest), deadline_s=3600)
+    finally:
+        for t in transports.values():
+            t.close()
+    table = Table(title=f"deploy ({len(manifest)} files)")
+    for col in ("host", "path", "result"):
+        table.add_column(col)
+    for f in failures:
+        table.add_row(f.host, "", f"[red]{f.outcome}: {f.detail}[/]")
+    for o in outcomes:
+        if o.ok:
+            d = o.value
+            what = "is the driver's own tree" if d.same_tree else \
+                f"{d.files_sent} of {d.files_total} file(s) sent, {d.bytes_sent} bytes"
+            table.add_row(d.host, d.path, f"[green]{what}[/]")
+        else:
+            table.add_row(o.key.address, o.key.flagperf_path, f"[red]{o.error}[/]")
+    _console().print(table)
+    sys.exit(EXIT_OK if not failures and all(o.ok for o in outcomes) else EXIT_HOSTS)
+
+
+@main.command()
+@click.argument("run_dir", required=False, type=click.Path(file_okay=False, path_type=Path))
+@config_option
+@accept_option
+def collect(run_dir, config_path, accept_new_host_keys):
+    """Fetch what is missing of a past run (default: the latest under FLAGPERF_LOG_PATH) from its hosts."""
+    from rich.table import Table
+
+    from flagperf.collect import collect_run, latest_run
+    try:
+        if run_dir is None:
+            run_dir = latest_run(_load(config_path, None).test.log_path)
+        results = collect_run(run_dir, accept_new_host_keys=accept_new_host_keys)
+    except ConfigError as exc:
+        for problem in exc.problems:
+            _console(stderr=True).print(f"flagperf: {problem}", markup=False)
+        sys.exit(EXIT_CONFIG)
+    table = Table(title=f"collect {run_dir}")
+    for col in ("host", "nodes", "files", "bytes", "result"):
+        table.add_column(col)
+    for r in results:
+        table.add_row(r.host, str(r.nodes), str(r.files), str(r.bytes),
+                      "[green]ok[/]" if r.ok else f"[red]{r.error}[/]")
+    _console().print(table)
     sys.exit(EXIT_OK if all(r.ok for r in results) else EXIT_HOSTS)
 
 

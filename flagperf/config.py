@@ -85,10 +85,6 @@ class HostSpec:
     def is_local(self) -> bool:
         return self.address == LOCALHOST
 
-    @property
-    def master_addr(self) -> str:
-        return "127.0.0.1" if self.is_local else self.address
-
 
 @dataclass(frozen=True)
 class ClusterConfig:
@@ -334,6 +330,11 @@ def _load_cases(ck: _Checker, data, cluster, vendor, source_root) -> list:
         if cluster is not None and case.nnodes > len(cluster.hosts):
             ck.add(cases_map, key, f"nnodes {case.nnodes} exceeds the {len(cluster.hosts)} host(s) in "
                                    f"{cluster.path or 'the default cluster (localhost)'}", label)
+        elif cluster is not None and case.nnodes > 1 and cluster.hosts[0].is_local and \
+                any(not h.is_local for h in cluster.hosts[:case.nnodes]):
+            ck.add(cases_map, key, f"node 0 is 'localhost' but other nodes are SSH hosts, which cannot reach "
+                                   f"its MASTER_ADDR 127.0.0.1; list this machine by an address they can reach",
+                   label)
         elif cluster is not None and resolved and any(h.is_local for h in cluster.hosts[:case.nnodes]):
             if not Path(resolved).is_dir():
                 ck.add(cases_map, key, f"data directory {resolved} does not exist on localhost", label)

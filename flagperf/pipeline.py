@@ -24,7 +24,8 @@ from datetime import datetime
 import yaml
 
 from flagperf import __version__
-from flagperf.checks import check_hosts, needed_accelerators
+from flagperf.checks import connect_hosts, failed, needed_accelerators, probe_hosts, unique_hosts
+from flagperf.deploy import deploy_host, local_manifest, needs_deploy
 from flagperf.errors import EXIT_CASE_FAILED, EXIT_HOSTS, EXIT_INTERRUPTED, EXIT_OK, Interrupted
 from flagperf.hosts import HostError, open_transport
 from flagperf.hosts.fanout import fan_out
@@ -46,8 +47,9 @@ def now_iso() -> str:
 class Run:
     """One execution of a Plan. ``say`` receives progress lines for the terminal."""
 
-    def __init__(self, plan: Plan, say=print):
+    def __init__(self, plan: Plan, say=print, *, accept_new_host_keys: bool = False):
         self.plan = plan
+        self.accept_new_host_keys = accept_new_host_keys
         self.config = plan.config
         self.say = say
         self.runtime = get_runtime(self.config.test.runtime)
@@ -108,34 +110,41 @@ class Run:
         effective = self.config.to_dict()
         (plan.run_dir / "effective_config.yaml").write_text(
             yaml.safe_dump(effective, sort_keys=False, allow_unicode=True), encoding="utf-8")
-        (plan.run_dir / "run.json").write_text(json.dumps({
-            "schema": "flagperf.run/1", "run_id": plan.run_id, "flagperf_version": __version__,
-            "hosts": effective["cluster"]["HOSTS"][:len(plan.hosts)],
-            "cases": [{"name": c.name, "key": c.case.key, "rounds": len(c.rounds),
-                       "nodes": [n.label for n in c.rounds[0].nodes]} for c in plan.cases],
-        }, indent=1), encoding="utf-8")
+        (plan.run_dir / "run.json").write_text(json.dumps(run_record(plan), indent=1), encoding="utf-8")
         self.step(f"run {plan.run_id}: {len(plan.cases)} case(s), runtime {self.runtime.name}, "
                   f"vendor {self.config.vendor.name} ({t.vendor_reason}); directory {plan.run_dir}")
 
     def _check_hosts(self) -> bool:
-        cluster = self.config.cluster
-        self.step(f"check: {len(self.plan.hosts)} host(s)")
-        bad = [c for c in check_hosts(self.config, self.plan.hosts, need_nproc=needed_accelerators(self.config))
-               if not c.ok]
+        """Connect to every host, deploy the tree where needed, probe them; False when a host is not fit."""
+        config, hosts = self.config, self.plan.hosts
+        self.step(f"check: connecting to {len(unique_hosts(hosts))} host(s)")
+        self.transports, bad = connect_hosts(config, hosts, accept_new_host_keys=self.accept_new_host_keys)
+        if not bad:
+            bad = self._deploy()
+        if not bad:
+            bad = [c for c in probe_hosts(config, self.transports, hosts, needed_accelerators(config)) if not c.ok]
         for c in bad:
             self.step(f"host {c.host}: {c.outcome}: {c.detail}; {c.remedy}", level=logging.ERROR)
-        if bad:
-            return False
-        outcomes = fan_out(self.plan.hosts, lambda h: open_transport(h, cluster), deadline_s=CONNECT_DEADLINE_S)
-        ok = True
-        for o in outcomes:
+        if not bad:
+            self.log.info(f"check: {len(self.transports)} host(s) ok")
+        return not bad
+
+    def _deploy(self) -> list:
+        todo = [h for h in unique_hosts(self.plan.hosts) if needs_deploy(h, self.config.source_root)]
+        if not todo:
+            return []
+        manifest = local_manifest(self.config.source_root)
+        self.step(f"deploy: syncing {len(manifest)} file(s) to {len(todo)} host(s)")
+        bad = []
+        for o in fan_out(todo, lambda h: deploy_host(self.transports[h.address], self.config.source_root, manifest),
+                         deadline_s=600):
             if o.ok:
-                self.transports[o.key.address] = o.value
-                self.log.info(f"host {o.key.address}: reachable ({o.duration_s * 1000:.0f} ms)")
+                d = o.value
+                self.log.info(f"host {d.host}: deploy to {d.path}: {d.files_sent} of {d.files_total} file(s) "
+                              f"differed, {d.bytes_sent} bytes sent")
             else:
-                ok = False
-                self.step(f"host {o.key.address}: {o.error}", level=logging.ERROR)
-        return ok
+                bad.append(failed(o.key.address, "deploy_path_missing", f"deploy failed: {o.error}"))
+        return bad
 
     def _run_round(self, case, rnd, res: RoundResult):
         t = self.config.test
@@ -344,6 +353,22 @@ class Run:
         for h in self.log.handlers:
             h.close()
         self.log.handlers[:] = []
+
+
+def run_record(plan) -> dict:
+    """run.json (flagperf.run/1): what `flagperf collect` needs to fetch this run again later."""
+    c = plan.config.cluster
+    return {
+        "schema": "flagperf.run/1",
+        "run_id": plan.run_id,
+        "flagperf_version": __version__,
+        "known_hosts": c.known_hosts,
+        "hosts": [{"HOST": h.address, "SSH_PORT": h.ssh_port, "SSH_USER": h.ssh_user, "SSH_KEY": h.ssh_key,
+                   "PYTHON": h.python, "FLAGPERF_PATH": h.flagperf_path} for h in unique_hosts(plan.hosts)],
+        "nodes": [{"case": case.name, "round": rnd.index, "host": node.host.address, "node": node.label,
+                   "node_dir": node.node_dir, "local_dir": str(node.local_dir.relative_to(plan.run_dir))}
+                  for case in plan.cases for rnd in case.rounds for node in rnd.nodes],
+    }
 
 
 def describe_exit(code) -> str:

@@ -131,11 +131,26 @@ def build_plan(config: Config, run_id: str | None = None) -> Plan:
     return Plan(run_id, run_dir, config, tuple(cases))
 
 
+def host_result_root(host, config):
+    """Where a host writes its node directories: FLAGPERF_LOG_PATH on localhost (straight into the driver's
+    tree), ``<FLAGPERF_PATH of the host>/result`` on an SSH host (collected to the driver after each round)."""
+    if host.is_local:
+        return PurePosixPath(config.test.log_path)
+    return PurePosixPath(host.flagperf_path) / "result"
+
+
+def master_address(host) -> str:
+    if host.is_local:
+        return "127.0.0.1"
+    from flagperf.hosts.ssh import resolved_address
+    return resolved_address(host.address)
+
+
 def _node(config, case, case_cfg, host, node_rank, master, run_id, round_rel, run_dir) -> NodePlan:
     t, vendor = config.test, config.vendor
     fp = PurePosixPath(host.flagperf_path)
     label = f"{host.address}_noderank{node_rank}"
-    node_dir = str(PurePosixPath(t.log_path) / round_rel / label)
+    node_dir = str(host_result_root(host, config) / round_rel / label)
     local_dir = run_dir.parent / round_rel / label
     ranks = tuple(range(node_rank * case.nproc, (node_rank + 1) * case.nproc))
     rank_argv = [
@@ -145,7 +160,7 @@ def _node(config, case, case_cfg, host, node_rank, master, run_id, round_rel, ru
         "--result-dir", node_dir,
     ]
     env = {
-        "MASTER_ADDR": master.master_addr,
+        "MASTER_ADDR": master_address(master),
         "MASTER_PORT": str(config.cluster.master_port),
         "NNODES": str(case.nnodes),
         "NODE_RANK": str(node_rank),

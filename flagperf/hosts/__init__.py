@@ -3,13 +3,13 @@
 from flagperf.hosts.base import CommandResult, HostError, Process, Transport
 
 
-def open_transport(host, cluster) -> Transport:
+def open_transport(host, cluster, *, accept_new_host_keys: bool = False) -> Transport:
     """The transport for a host: ``localhost`` is this machine; every other address goes through SSH."""
     if host.is_local:
         from flagperf.hosts.local import LocalTransport
         return LocalTransport(host)
-    raise HostError(f"{host.address}: SSH hosts are not supported by this version yet; "
-                    f"only 'localhost' can be used in HOSTS")
+    from flagperf.hosts.ssh import SSHTransport
+    return SSHTransport(host, cluster.known_hosts, accept_new_host_keys=accept_new_host_keys)
 
 
 __all__ = ["CommandResult", "HostError", "Process", "Transport", "open_transport"]

@@ -7,7 +7,15 @@ from dataclasses import dataclass
 
 
 class HostError(Exception):
-    """A host could not do what was asked; the message names the host and says why."""
+    """A host could not do what was asked; the message names the host and says why.
+
+    ``kind`` types the failure for `flagperf check`: connection_refused, timeout, auth_failed,
+    unknown_host_key, changed_host_key, unreachable, command_failed, error.
+    """
+
+    def __init__(self, message: str, kind: str = "error"):
+        super().__init__(message)
+        self.kind = kind
 
 
 @dataclass(frozen=True)
@@ -68,7 +76,16 @@ class Transport(abc.ABC):
 
     @abc.abstractmethod
     def fetch_tree(self, remote_dir: str, local_dir) -> tuple:
-        """Copy a folder from the host to the driver; returns (files, bytes) copied."""
+        """Copy what is missing (or differs in size) from a folder on the host into a folder on the driver;
+        returns (files, bytes) copied. Running it twice copies nothing the second time."""
+
+    @abc.abstractmethod
+    def file_hashes(self, root: str, subdirs=()) -> dict:
+        """{relative path: sha256 hex} of every file under root (or its subdirs) on the host; {} if missing."""
+
+    @abc.abstractmethod
+    def put_files(self, local_root, relpaths, remote_root: str) -> int:
+        """Copy the given files from local_root on the driver to remote_root on the host; returns bytes sent."""
 
     def close(self) -> None:
         pass

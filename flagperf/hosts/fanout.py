@@ -15,6 +15,7 @@ class Outcome:
     value: Any = None
     error: str = ""
     duration_s: float = 0.0
+    exc: BaseException | None = None
 
 
 def fan_out(items, fn: Callable, *, deadline_s: float, max_workers: int = 32) -> list:
@@ -46,7 +47,7 @@ def fan_out(items, fn: Callable, *, deadline_s: float, max_workers: int = 32) ->
                 outcomes.append(Outcome(item, False, None, f"no answer within {deadline_s:g} s", deadline_s))
             except Exception as exc:  # noqa: BLE001 - every failure becomes a typed outcome
                 outcomes.append(Outcome(item, False, None, str(exc) or type(exc).__name__,
-                                        time.monotonic() - started.get(id(item), t0)))
+                                        time.monotonic() - started.get(id(item), t0), exc))
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
     return outcomes

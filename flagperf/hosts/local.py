@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 from flagperf.hosts.base import CommandResult, HostError, Process, Transport
+from flagperf.hosts.treesync import local_hashes, missing_locally
 
 
 class LocalProcess(Process):
@@ -76,12 +77,26 @@ class LocalTransport(Transport):
         src, dst = Path(remote_dir).resolve(), Path(local_dir).resolve()
         if src == dst:
             return 0, 0           # the host writes straight into the driver's tree
+        if not src.is_dir():
+            raise HostError(f"{self.name}: {src} does not exist", "command_failed")
+        listing = {str(p.relative_to(src)): p.stat().st_size for p in src.rglob("*") if p.is_file()}
         files = size = 0
-        for path in src.rglob("*"):
-            if path.is_file():
-                target = dst / path.relative_to(src)
-                target.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copy2(path, target)
-                files += 1
-                size += path.stat().st_size
+        for rel in missing_locally(listing, dst):
+            target = dst / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src / rel, target)
+            files += 1
+            size += listing[rel]
         return files, size
+
+    def file_hashes(self, root, subdirs=()):
+        return local_hashes(root, subdirs)
+
+    def put_files(self, local_root, relpaths, remote_root):
+        total = 0
+        for rel in relpaths:
+            target = Path(remote_root) / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(Path(local_root) / rel, target)
+            total += target.stat().st_size
+        return total

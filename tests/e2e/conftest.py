@@ -100,3 +100,51 @@ def kill_all(pids, sig=signal.SIGKILL):
             os.kill(pid, sig)
         except ProcessLookupError:
             pass
+
+
+# ---- SSH test bed: N real sshd servers on 127.0.0.2, 127.0.0.3, ... (see tests/sshbed.py) ----------------------
+
+@pytest.fixture
+def ssh_bed_factory(tmp_path):
+    """``make(n=2, **kw)`` starts an SSHBed of n hosts under tmp_path on a port free on all its addresses and
+    returns it (started); every bed made is stopped at teardown.  Outside CI a machine where openssh-server
+    cannot be installed skips; under CI=true nothing skips: a bed that cannot start fails with the reason."""
+    from tests import sshbed
+
+    beds = []
+    in_ci = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+    def make(n=2, **kw):
+        try:
+            sshbed.ensure_openssh()
+        except sshbed.SSHBedError as exc:
+            if in_ci:
+                pytest.fail(f"SSH test bed: {exc}", pytrace=False)
+            pytest.skip(f"SSH test bed unavailable: {exc}")
+        root = tmp_path / f"sshbed{len(beds)}"
+        if any(c.isspace() for c in str(root)):
+            import tempfile
+            root = Path(tempfile.mkdtemp(prefix="sshbed-", dir="/tmp"))
+        first_octet = kw.pop("first_octet", 2)
+        last_error = None
+        for _attempt in range(4):       # a port picked free can be taken before sshd binds it: pick again
+            port = kw.pop("port", None) or sshbed.find_free_port(sshbed.bed_addresses(n, first_octet))
+            bed = sshbed.SSHBed(root, n, port=port, first_octet=first_octet, **kw)
+            beds.append(bed)
+            try:
+                return bed.start()
+            except sshbed.PortInUse as exc:
+                last_error = exc
+            except sshbed.SSHBedError as exc:
+                pytest.fail(f"SSH test bed of {n} hosts did not start: {exc}", pytrace=False)
+        pytest.fail(f"SSH test bed of {n} hosts: no usable port: {last_error}", pytrace=False)
+
+    yield make
+    for bed in reversed(beds):
+        bed.stop()
+
+
+@pytest.fixture
+def ssh_bed(ssh_bed_factory):
+    """A started SSHBed of 2 hosts (tests/sshbed.py); ``ssh_bed.write_cluster_yaml(path)`` gives a cluster config."""
+    return ssh_bed_factory(2)

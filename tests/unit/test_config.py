@@ -322,7 +322,7 @@ def test_per_host_overrides_apply_only_to_that_host(tmp_path, write):
         (2222, "alice", "/keys/alice", "/opt/conda/bin/python3", "/data/flagperf")
     assert cfg.cluster.master_port == 29999
     assert [h.is_local for h in hosts] == [False, False, False, True]
-    assert hosts[0].master_addr == "10.0.0.1" and hosts[3].master_addr == "127.0.0.1"
+    assert hosts[0].address == "10.0.0.1" and hosts[3].is_local
 
 
 def test_cluster_defaults_without_cluster_keys(tmp_path, write):

@@ -126,7 +126,10 @@ def test_remote_master_and_per_host_paths(tmp_path, write, source_root):
     assert n1.launch_spec["argv"][:3] == ["/opt/py/bin/python", "-u", "/data/fp/benchmarks/gemm/main.py"]
     assert n1.launcher_argv[:2] == ("/opt/py/bin/python", "/data/fp/launcher/node_launcher.py")
     assert n0.launch_spec["argv"][n0.launch_spec["argv"].index("--data-dir") + 1] == "/data/gemm"
-    assert n1.node_dir == f"/logs/{RUN_ID}/gemm-pytorch-local-2x1/round1/10.0.0.2_noderank1"
+    # SSH hosts write under <their FLAGPERF_PATH>/result; the driver collects into FLAGPERF_LOG_PATH.
+    assert n1.node_dir == f"/data/fp/result/{RUN_ID}/gemm-pytorch-local-2x1/round1/10.0.0.2_noderank1"
+    assert n0.node_dir == f"/opt/flagperf/result/{RUN_ID}/gemm-pytorch-local-2x1/round1/10.0.0.1_noderank0"
+    assert str(n1.local_dir) == f"/logs/{RUN_ID}/gemm-pytorch-local-2x1/round1/10.0.0.2_noderank1"
     assert [n.ranks for n in (n0, n1)] == [(0,), (1,)]
 
 

@@ -1,0 +1,103 @@
+"""Helpers shared by transports for moving trees: hashing, tar streams, safe extraction. Stdlib only."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tarfile
+from pathlib import Path
+
+# Sent to the host as `python -c HASH_SCRIPT ROOT [SUBDIR ...]`: prints {relpath: sha256} of every file under
+# ROOT (or under its given subfolders), relative to ROOT.
+HASH_SCRIPT = r"""
+import hashlib, json, os, sys
+root = sys.argv[1]
+out = {}
+for top in [os.path.join(root, s) for s in sys.argv[2:]] or [root]:
+  for d, dirs, files in os.walk(top):
+    dirs[:] = [x for x in dirs if x != "__pycache__"]
+    for f in files:
+        p = os.path.join(d, f)
+        if not os.path.isfile(p):
+            continue
+        h = hashlib.sha256()
+        with open(p, "rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 20), b""):
+                h.update(chunk)
+        out[os.path.relpath(p, root)] = h.hexdigest()
+print(json.dumps(out))
+"""
+
+
+def local_hashes(root, subdirs=()) -> dict:
+    """{relpath: sha256} under root (or its subfolders), following symlinks, skipping __pycache__."""
+    root = Path(root)
+    out = {}
+    for top in [root / s for s in subdirs] or [root]:
+        if not top.is_dir():
+            continue
+        for d, dirs, files in os.walk(top, followlinks=True):
+            dirs[:] = [x for x in dirs if x != "__pycache__"]
+            for f in files:
+                p = Path(d) / f
+                if p.is_file():
+                    out[os.path.relpath(p, root)] = sha256_file(p)
+    return out
+
+
+def sha256_file(path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def write_tar(fileobj, local_root, relpaths) -> int:
+    """Stream the files (following symlinks) into an uncompressed tar on fileobj; returns payload bytes."""
+    total = 0
+    with tarfile.open(fileobj=fileobj, mode="w|", format=tarfile.PAX_FORMAT, dereference=True) as tar:
+        for rel in relpaths:
+            path = Path(local_root) / rel
+            tar.add(str(path), arcname=rel, recursive=False)
+            total += path.stat().st_size
+    return total
+
+
+def extract_tar(fileobj, dest) -> tuple:
+    """Extract a tar stream into dest, refusing absolute paths, '..' and links; returns (files, bytes)."""
+    dest = Path(dest).resolve()
+    files = size = 0
+    with tarfile.open(fileobj=fileobj, mode="r|") as tar:
+        for member in tar:
+            target = (dest / member.name).resolve()
+            if not member.isfile() or dest not in target.parents:
+                continue
+            target.parent.mkdir(parents=True, exist_ok=True)
+            src = tar.extractfile(member)
+            tmp = target.with_name(target.name + ".part")
+            with open(tmp, "wb") as out:
+                while True:
+                    chunk = src.read(1 << 20)
+                    if not chunk:
+                        break
+                    out.write(chunk)
+            os.replace(tmp, target)
+            os.utime(target, (member.mtime, member.mtime))
+            files += 1
+            size += member.size
+    return files, size
+
+
+def missing_locally(remote_listing: dict, local_dir) -> list:
+    """Names from {relpath: size} that are absent under local_dir or have another size there."""
+    want = []
+    for rel, size in remote_listing.items():
+        p = Path(local_dir) / rel
+        try:
+            if p.stat().st_size == size:
+                continue
+        except OSError:
+            pass
+        want.append(rel)
+    return sorted(want)
