@@ -27,6 +27,13 @@ if ! .venv/bin/python -c "import torch" 2>/dev/null; then
   echo "setup: installing $spec and numpy for the benchmarks"
   pip install "$spec" numpy 2>&1 | grep -v "^WARNING: Location" || true
 fi
+if [ $want_test = 1 ] && [ ! -x /usr/sbin/sshd ]; then
+  echo "setup: installing openssh-server (the SSH tests start their own sshd on 127.0.0.x)"
+  if [ "$(id -u)" = 0 ]; then sudo=""; else sudo="sudo"; fi
+  $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q openssh-server >/dev/null 2>&1 || {
+    $sudo apt-get update -q >/dev/null && $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q openssh-server >/dev/null; } || {
+    echo "setup: could not install openssh-server" >&2; exit 1; }
+fi
 if [ $want_test = 1 ] && ! .venv/bin/python -c "import pytest" 2>/dev/null; then
   echo "setup: installing pytest"
   pip install "pytest>=7" 2>&1 | grep -v "^WARNING: Location" || true

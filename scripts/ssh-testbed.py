@@ -21,20 +21,25 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from tests import sshbed
-from tests.sshbed import SSHBed, SSHBedError
 
 
-def make_bed(args) -> SSHBed:
+def _import_sshbed():
+    sys.path.insert(0, str(REPO))
+    from tests import sshbed
+    return sshbed
+
+
+sshbed = _import_sshbed()
+
+
+def make_bed(args):
     sshbed.ensure_openssh()
     root = Path(args.root) if args.root else Path(tempfile.mkdtemp(prefix="sshbed-", dir="/tmp"))
     port = args.port or sshbed.find_free_port(sshbed.bed_addresses(args.n, args.first_octet))
-    return SSHBed(root, args.n, port=port, first_octet=args.first_octet)
+    return sshbed.SSHBed(root, args.n, port=port, first_octet=args.first_octet)
 
 
-def describe(bed: SSHBed) -> None:
+def describe(bed) -> None:
     h0, hl = bed.hosts[0], bed.hosts[-1]
     print(f"{bed.n} sshd on {h0['address']}..{hl['address']} port {bed.port} "
           f"(started in {bed.start_seconds:.2f} s; isolation: {bed.isolation}) {bed.isolation_note}".rstrip())
@@ -109,7 +114,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     try:
         return cmd_start(args) if args.command == "start" else cmd_selfcheck(args)
-    except SSHBedError as exc:
+    except sshbed.SSHBedError as exc:
         print(f"ssh-testbed: {exc}", file=sys.stderr)
         return 1
 

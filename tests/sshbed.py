@@ -66,7 +66,8 @@ def ensure_openssh() -> None:
         cmd = ["apt-get", "install", "-y", "-q", "--no-install-recommends", "openssh-server"]
         proc = subprocess.run(cmd, check=False, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True)
         if proc.returncode != 0:        # stale package lists are the usual cause: refresh once and retry
-            subprocess.run(["apt-get", "update", "-q"], check=False, env=env, stdin=subprocess.DEVNULL, capture_output=True)
+            subprocess.run(["apt-get", "update", "-q"], check=False, env=env, stdin=subprocess.DEVNULL,
+                           capture_output=True)
             proc = subprocess.run(cmd, check=False, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True)
         if proc.returncode != 0 or not os.path.exists(SSHD):
             tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
@@ -158,16 +159,12 @@ def _wait_keygen(procs) -> None:
             raise SSHBedError(f"ssh-keygen failed ({' '.join(proc.args)}): {out.decode(errors='replace')}")
 
 
-_HAS_PDEATHSIG = bool(shutil.which("setpriv")) and subprocess.run(
-    ["setpriv", "--pdeathsig", "TERM", "true"], check=False, capture_output=True).returncode == 0 \
-    if shutil.which("setpriv") else False
-
 _ISOLATION_CACHE: dict[str, str] = {}
 
 
 def _isolation_works(scratch: Path) -> tuple[bool, str]:
     """Can this process run ``unshare -m`` and bind-mount inside it?  (cached per process)"""
-    if "result" not in _ISOLATION_CACHE:
+    if "unshare" not in _ISOLATION_CACHE:
         a, b = scratch / ".probe_a", scratch / ".probe_b"
         a.write_text("")
         b.write_text("")
@@ -175,14 +172,23 @@ def _isolation_works(scratch: Path) -> tuple[bool, str]:
             proc = subprocess.run(["unshare", "-m", "sh", "-c", f"mount --bind {a} {b}"], check=False,
                                   stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=10)
             why = "" if proc.returncode == 0 else (proc.stderr.strip() or f"exit {proc.returncode}")
-            _ISOLATION_CACHE["result"] = why
+            _ISOLATION_CACHE["unshare"] = why
         except (OSError, subprocess.SubprocessError) as exc:
-            _ISOLATION_CACHE["result"] = str(exc)
+            _ISOLATION_CACHE["unshare"] = str(exc)
         finally:
             a.unlink(missing_ok=True)
             b.unlink(missing_ok=True)
-    why = _ISOLATION_CACHE["result"]
+    why = _ISOLATION_CACHE["unshare"]
     return why == "", why
+
+
+def _has_pdeathsig() -> bool:
+    """Does util-linux ``setpriv --pdeathsig`` work here?  (cached per process)"""
+    if "pdeathsig" not in _ISOLATION_CACHE:
+        ok = bool(shutil.which("setpriv")) and subprocess.run(
+            ["setpriv", "--pdeathsig", "TERM", "true"], check=False, capture_output=True).returncode == 0
+        _ISOLATION_CACHE["pdeathsig"] = "yes" if ok else ""
+    return bool(_ISOLATION_CACHE["pdeathsig"])
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -481,7 +487,7 @@ class SSHBed:
             argv = ["unshare", "-m", "--propagation", "private", "sh", "-c", script]   # unshare execs: same pid
         else:
             argv = sshd
-        if _HAS_PDEATHSIG:
+        if _has_pdeathsig():
             # SIGTERM the sshd when the thread that started it dies, so a killed pytest or script leaves no
             # listener behind (PR_SET_PDEATHSIG survives exec).  Start beds from a thread that outlives them.
             argv = ["setpriv", "--pdeathsig", "TERM", *argv]

@@ -19,6 +19,7 @@ log.event("RUN_START")
 print(f"rank {rank} env " + json.dumps({k: os.environ.get(k) for k in (
     "MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK", "NODE_RANK", "LOCAL_WORLD_SIZE",
     "CUDA_VISIBLE_DEVICES", "FLAGPERF_DEVICE", "OMP_NUM_THREADS")}), flush=True)
+print(f"rank {rank} data_dir {json.dumps(args.data_dir)} exists={os.path.isdir(args.data_dir)}", flush=True)
 t0 = time.time()
 if rank == cfg.get("fail_rank", -1):
     time.sleep(cfg.get("fail_after_s", 0.5))
