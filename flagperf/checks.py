@@ -116,24 +116,24 @@ def needed_accelerators(config) -> dict:
 def _probe_one(config, tr, host, nproc, probe_source, result_root) -> HostCheck:
     name = host.address
     fp = host.flagperf_path
-    try:
-        r = tr.run([host.python, "-c", "import sys; print('%d %d' % sys.version_info[:2])"], timeout=30)
-    except HostError as exc:
-        return failed(name, "python_missing", str(exc))
-    if r.returncode == 127 or not r.ok:
-        return failed(name, "python_missing", f"{host.python}: {(r.stderr or r.stdout).strip()[-200:]}")
-    try:
-        version = tuple(int(x) for x in r.stdout.split())
-    except ValueError:
-        return failed(name, "python_missing", f"{host.python} printed {r.stdout.strip()[:80]!r}")
-    if version < MIN_PYTHON:
-        return failed(name, "python_too_old", f"{host.python} is Python {'.'.join(map(str, version))}")
     launcher_dir = str(PurePosixPath(fp) / "launcher")
-    r = tr.run([host.python, "-c", probe_source, "--path", fp, "--path", launcher_dir, "--path", result_root,
-                "--torch"], timeout=90)
+    try:
+        r = tr.run([host.python, "-c", probe_source, "--path", fp, "--path", launcher_dir, "--path", result_root],
+                   timeout=60)
+    except HostError as exc:
+        if exc.kind in ("command_failed", "error") or "not found" in str(exc):
+            return failed(name, "python_missing", str(exc))
+        raise
+    if r.returncode == 127:
+        return failed(name, "python_missing", f"{host.python}: {(r.stderr or r.stdout).strip()[-200:]}")
     if not r.ok:
+        if "SyntaxError" in r.stderr:
+            return failed(name, "python_too_old", f"{host.python} cannot run the probe: {r.stderr.strip()[-120:]}")
         return failed(name, "error", f"probe failed: {r.stderr.strip()[-300:]}")
     info = json.loads(r.stdout)
+    version = tuple(info["python"][:2])
+    if version < MIN_PYTHON:
+        return failed(name, "python_too_old", f"{host.python} is Python {'.'.join(map(str, info['python']))}")
     paths = info["paths"]
     if not paths[fp]["exists"] or not paths[launcher_dir]["exists"]:
         return failed(name, "deploy_path_missing", f"{fp} holds no flagperf tree", info)
@@ -145,7 +145,7 @@ def _probe_one(config, tr, host, nproc, probe_source, result_root) -> HostCheck:
     if info.get("torch") is None:
         return failed(name, "torch_missing", f"{host.python} cannot import torch: {info.get('torch_error')}", info)
     if config.vendor.device == "cuda":
-        have = max(info.get("cuda_devices") or 0, 0)
+        have = max(info.get("gpus") or 0, 0)
         if have < nproc:
             return failed(name, "too_few_accelerators", f"{have} CUDA device(s), the cases need {nproc}", info)
         detail = f"{have} GPU(s)"

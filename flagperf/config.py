@@ -332,8 +332,8 @@ def _load_cases(ck: _Checker, data, cluster, vendor, source_root) -> list:
                                    f"{cluster.path or 'the default cluster (localhost)'}", label)
         elif cluster is not None and case.nnodes > 1 and cluster.hosts[0].is_local and \
                 any(not h.is_local for h in cluster.hosts[:case.nnodes]):
-            ck.add(cases_map, key, f"node 0 is 'localhost' but other nodes are SSH hosts, which cannot reach "
-                                   f"its MASTER_ADDR 127.0.0.1; list this machine by an address they can reach",
+            ck.add(cases_map, key, "node 0 is 'localhost' but other nodes are SSH hosts, which cannot reach "
+                                   "its MASTER_ADDR 127.0.0.1; list this machine by an address they can reach",
                    label)
         elif cluster is not None and resolved and any(h.is_local for h in cluster.hosts[:case.nnodes]):
             if not Path(resolved).is_dir():

@@ -27,7 +27,7 @@ from flagperf import __version__
 from flagperf.checks import connect_hosts, failed, needed_accelerators, probe_hosts, unique_hosts
 from flagperf.deploy import deploy_host, local_manifest, needs_deploy
 from flagperf.errors import EXIT_CASE_FAILED, EXIT_HOSTS, EXIT_INTERRUPTED, EXIT_OK, Interrupted
-from flagperf.hosts import HostError, open_transport
+from flagperf.hosts import HostError
 from flagperf.hosts.fanout import fan_out
 from flagperf.plan import Plan
 from flagperf.results import perflog

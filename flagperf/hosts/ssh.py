@@ -15,12 +15,13 @@ import os
 import shlex
 import signal as signal_mod
 import socket
+import subprocess
 import threading
 import time
 from pathlib import Path
 
 from flagperf.hosts.base import CommandResult, HostError, Process, Transport
-from flagperf.hosts.treesync import HASH_SCRIPT, extract_tar, missing_locally, write_tar
+from flagperf.hosts.treesync import HASH_SCRIPT, missing_locally, write_tar
 
 CONNECT_TIMEOUT_S = 10.0
 KEEPALIVE_S = 15
@@ -100,6 +101,7 @@ class SSHTransport(Transport):
             sock = socket.create_connection((self.hostname, self.port), timeout=connect_timeout)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             client.connect(self.hostname, port=self.port, username=self.user, sock=sock,
+                           transport_factory=_fast_transport,
                            key_filename=key_files or None, look_for_keys=not key_files, allow_agent=True,
                            timeout=connect_timeout, banner_timeout=connect_timeout, auth_timeout=connect_timeout)
         except Exception as exc:
@@ -237,27 +239,56 @@ class SSHTransport(Transport):
         want = missing_locally(listing, local_dir)
         if not want:
             return 0, 0
+        # Streamed as one tar over the channel, unpacked by the local tar (GNU tar strips leading '/' and
+        # refuses '..' members): 2x the throughput of parsing the stream with Python's tarfile.
+        local = Path(local_dir)
+        local.mkdir(parents=True, exist_ok=True)
         chan, pid = self._open(["tar", "-C", remote_dir, "--null", "-T", "-", "-cf", "-"])
         err = bytearray()
         reader = threading.Thread(target=_drain, args=(chan.recv_stderr, err), daemon=True)
         reader.start()
         chan.sendall("\0".join(want).encode(errors="surrogateescape") + b"\0")
         chan.shutdown_write()
+        untar = subprocess.Popen(["tar", "-x", "-f", "-", "-C", str(local), "--no-same-owner"],
+                                 stdin=subprocess.PIPE, stderr=subprocess.PIPE)
         try:
-            files, size = extract_tar(io.BufferedReader(_ChannelReader(chan), 1 << 20), local_dir)
-        except Exception as exc:  # noqa: BLE001 - tarfile and paramiko errors alike
+            while True:
+                data = chan.recv(1 << 20)
+                if not data:
+                    break
+                untar.stdin.write(data)
+            untar.stdin.close()
+        except (OSError, EOFError) as exc:
+            untar.kill()
             chan.close()
             raise HostError(f"{self.where}: fetching {remote_dir} failed: {exc}", "command_failed") from None
+        local_err = untar.stderr.read().decode(errors="replace")
+        untar.wait()
         chan.status_event.wait(60)
         code = chan.recv_exit_status()
+        reader.join(timeout=10)
         chan.close()
-        if code != 0 and not files:
-            raise HostError(f"{self.where}: tar failed in {remote_dir}: {err.decode(errors='replace')}",
-                            "command_failed")
-        return files, size
+        if code != 0 or untar.returncode != 0:
+            raise HostError(f"{self.where}: copying {remote_dir} failed: {err.decode(errors='replace').strip()} "
+                            f"{local_err.strip()}", "command_failed")
+        return len(want), sum(listing[w] for w in want)
 
     def close(self):
         self.client.close()
+
+
+# AES-GCM first: with AES-NI it moves bulk data (collect, deploy) faster than paramiko's default aes-ctr + hmac.
+_PREFERRED_CIPHERS = ("aes128-gcm@openssh.com", "aes256-gcm@openssh.com", "aes128-ctr", "aes256-ctr")
+
+
+def _fast_transport(sock, disabled_algorithms=None):
+    import paramiko
+    t = paramiko.Transport(sock, disabled_algorithms=disabled_algorithms)
+    opts = t.get_security_options()
+    known = [c for c in _PREFERRED_CIPHERS if c in opts.ciphers]
+    opts.ciphers = tuple(known + [c for c in opts.ciphers if c not in known])
+    t.default_window_size = 8 * 1024 * 1024
+    return t
 
 
 class _ChannelWriter(io.RawIOBase):
@@ -270,19 +301,6 @@ class _ChannelWriter(io.RawIOBase):
     def write(self, b):
         self.chan.sendall(bytes(b))
         return len(b)
-
-
-class _ChannelReader(io.RawIOBase):
-    def __init__(self, chan):
-        self.chan = chan
-
-    def readable(self):
-        return True
-
-    def readinto(self, b):
-        data = self.chan.recv(len(b))
-        b[:len(data)] = data
-        return len(data)
 
 
 def _drain(recv, buf):

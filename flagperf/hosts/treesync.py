@@ -64,31 +64,6 @@ def write_tar(fileobj, local_root, relpaths) -> int:
     return total
 
 
-def extract_tar(fileobj, dest) -> tuple:
-    """Extract a tar stream into dest, refusing absolute paths, '..' and links; returns (files, bytes)."""
-    dest = Path(dest).resolve()
-    files = size = 0
-    with tarfile.open(fileobj=fileobj, mode="r|") as tar:
-        for member in tar:
-            target = (dest / member.name).resolve()
-            if not member.isfile() or dest not in target.parents:
-                continue
-            target.parent.mkdir(parents=True, exist_ok=True)
-            src = tar.extractfile(member)
-            tmp = target.with_name(target.name + ".part")
-            with open(tmp, "wb") as out:
-                while True:
-                    chunk = src.read(1 << 20)
-                    if not chunk:
-                        break
-                    out.write(chunk)
-            os.replace(tmp, target)
-            os.utime(target, (member.mtime, member.mtime))
-            files += 1
-            size += member.size
-    return files, size
-
-
 def missing_locally(remote_listing: dict, local_dir) -> list:
     """Names from {relpath: size} that are absent under local_dir or have another size there."""
     want = []
