@@ -186,3 +186,59 @@ def test_remote_command_timeout_kills_it_on_the_host(tmp_path, ssh_bed):
     finally:
         tr.close()
     yaml.safe_load(conf.read_text())
+
+
+def test_deploy_sends_only_what_differs(tmp_path, ssh_bed, flagperf_home):
+    _cluster(ssh_bed, tmp_path)
+    conf = write_conf(tmp_path, {"sleeper:pytorch:x:2:1:1": "null"}, CLUSTER="cluster.yaml")
+    code, out, err = run_cli(["deploy", "--config", conf], home=flagperf_home)
+    assert code == 0, out + err
+    total = int(re.search(r"deploy \((\d+) files\)", out).group(1))
+    assert out.count(f"{total} of {total} file(s) sent") == 2, out
+    code, out, err = run_cli(["deploy", "--config", conf], home=flagperf_home)
+    assert out.count(f"0 of {total} file(s) sent, 0 bytes") == 2, out
+    main_py = flagperf_home / "benchmarks" / "sleeper" / "main.py"
+    main_py.write_text(main_py.read_text() + "\n# edited\n")
+    code, out, err = run_cli(["deploy", "--config", conf], home=flagperf_home)
+    assert code == 0 and out.count(f"1 of {total} file(s) sent") == 2, out
+    remote = Path(ssh_bed.hosts[1]["flagperf_path"]) / "benchmarks" / "sleeper" / "main.py"
+    assert remote.read_text().endswith("# edited\n")
+
+
+def test_collect_names_the_host_that_cannot_deliver(tmp_path, ssh_bed):
+    import shutil
+    _cluster(ssh_bed, tmp_path)
+    conf = write_conf(tmp_path, {"gemm:pytorch:ssh:2:1:1": "null"}, CLUSTER="cluster.yaml")
+    code, out, err = run_cli(["run", "--config", conf], timeout=240)
+    assert code == 0, out + err
+    run = only_run_dir(tmp_path / "result")
+    for node in run.glob("*/round1/*_noderank*"):
+        shutil.rmtree(node)
+    ssh_bed.stop_host(1)
+    code, out, err = run_cli(["collect", "--config", conf])          # default: the latest run
+    assert code == 3, out + err
+    assert next(run.glob(f"*/round1/{ssh_bed.addresses[0]}_noderank0/rank0.out.log")).is_file()
+    assert not list(run.glob(f"*/round1/{ssh_bed.addresses[1]}_noderank1"))
+    assert re.search(rf"{re.escape(ssh_bed.addresses[1])}.*connection_refused", out), out
+
+
+def test_ssh_config_supplies_hostname_port_user_and_key(tmp_path, ssh_bed):
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    (home / ".ssh" / "config").write_text(
+        f"Host node-a\n  HostName {ssh_bed.addresses[0]}\n  Port {ssh_bed.port}\n  User {ssh_bed.user}\n"
+        f"  IdentityFile {ssh_bed.client_key}\n")
+    (tmp_path / "cluster.yaml").write_text(f"HOSTS: [node-a]\nKNOWN_HOSTS: {ssh_bed.known_hosts}\n"
+                                           f"PYTHON: {ssh_bed.hosts and __import__('sys').executable}\n"
+                                           f"MASTER_PORT: 29571\n")
+    conf = write_conf(tmp_path, {"gemm:pytorch:ssh:1:1:1": "null"}, CLUSTER="cluster.yaml")
+    env = {"HOME": str(home), "SSH_AUTH_SOCK": ""}
+    import os
+    import subprocess
+    import sys
+    p = subprocess.run([sys.executable, "-m", "flagperf", "run", "--config", str(conf)], capture_output=True,
+                       text=True, env={**os.environ, **env}, timeout=240)
+    assert p.returncode == 0, p.stdout + p.stderr
+    run = only_run_dir(tmp_path / "result")
+    spec = json.loads(next(run.glob("*/round1/node-a_noderank0/launch.json")).read_text())
+    assert spec["env"]["MASTER_ADDR"] == ssh_bed.addresses[0]        # HostName, not the alias
