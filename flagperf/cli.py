@@ -180,6 +180,41 @@ def collect(run_dir, config_path, accept_new_host_keys):
     sys.exit(EXIT_OK if all(r.ok for r in results) else EXIT_HOSTS)
 
 
+@main.command()
+@config_option
+@cluster_option
+@accept_option
+@click.option("--run", "run_id", default=None, help="Only the containers of this run (e.g. run20261122002635).")
+def clean(config_path, cluster_path, accept_new_host_keys, run_id):
+    """Remove leftover flagperf containers (by label) on every host of the cluster."""
+    cfg = _load(config_path, cluster_path)
+    from rich.table import Table
+
+    from flagperf.checks import connect_hosts, unique_hosts
+    from flagperf.runtimes.docker import clean as clean_containers
+    transports, failures = connect_hosts(cfg, unique_hosts(cfg.cluster.hosts),
+                                         accept_new_host_keys=accept_new_host_keys)
+    try:
+        removed = clean_containers(transports, run_id)
+    finally:
+        for t in transports.values():
+            t.close()
+    table = Table(title="clean" + (f" {run_id}" if run_id else ""))
+    table.add_column("host")
+    table.add_column("removed")
+    ok = not failures
+    for f in failures:
+        table.add_row(f.host, f"[red]{f.outcome}: {f.detail}[/]")
+    for host, names in removed.items():
+        if isinstance(names, list):
+            table.add_row(host, ", ".join(names) or "nothing to remove")
+        else:
+            ok = False
+            table.add_row(host, f"[red]{names}[/]")
+    _console().print(table)
+    sys.exit(EXIT_OK if ok else EXIT_HOSTS)
+
+
 @main.command("list")
 def list_cmd():
     """List the benchmarks and vendors this tree provides."""

@@ -13,8 +13,9 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from flagperf.container_opts import merge, translate_container_opt
 from flagperf.errors import ConfigError
-from flagperf.vendors import VendorProfile, detect_vendor, load_vendor, vendor_names
+from flagperf.vendors import ContainerSpec, VendorProfile, detect_vendor, load_vendor, vendor_names
 from flagperf.yamlio import LineMap, load_yaml_file, where
 
 # The tree the driver reads benchmarks/, vendors/, launcher/ and monitors/ from: the checkout flagperf is
@@ -22,13 +23,13 @@ from flagperf.yamlio import LineMap, load_yaml_file, where
 SOURCE_ROOT = Path(os.environ.get("FLAGPERF_HOME") or Path(__file__).resolve().parent.parent).resolve()
 LOCALHOST = "localhost"
 RUNTIMES_KNOWN = ("docker", "bare")
-RUNTIMES_AVAILABLE = ("bare",)
+RUNTIMES_AVAILABLE = ("docker", "bare")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
 TEST_KEYS = (
     "VENDOR", "RUNTIME", "FLAGPERF_PATH", "FLAGPERF_LOG_PATH", "FLAGPERF_LOG_LEVEL", "SHM_SIZE",
     "CLEAR_CACHES", "ACCE_CONTAINER_OPT", "ACCE_VISIBLE_DEVICE_ENV_NAME", "PIP_SOURCE", "CLUSTER", "CASES",
-    "MONITOR_INTERVAL", "CASE_TIMEOUT",
+    "MONITOR_INTERVAL", "CASE_TIMEOUT", "DOCKER_BUILD_ARGS", "EXTRA_CA_BUNDLE",
 )
 CLUSTER_KEYS = ("HOSTS", "SSH_PORT", "SSH_USER", "SSH_KEY", "KNOWN_HOSTS", "MASTER_PORT", "PYTHON")
 HOST_KEYS = ("HOST", "SSH_PORT", "SSH_USER", "SSH_KEY", "PYTHON", "FLAGPERF_PATH")
@@ -111,6 +112,8 @@ class TestConfig:
     monitor_interval: float
     case_timeout: float
     cases: tuple
+    docker_build_args: tuple = ()       # ((name, value), ...) for image builds
+    extra_ca_bundle: str | None = None  # a CA bundle added to images (corporate TLS proxies)
 
 
 @dataclass(frozen=True)
@@ -119,6 +122,7 @@ class Config:
     cluster: ClusterConfig
     vendor: VendorProfile
     source_root: Path = field(default=SOURCE_ROOT)
+    container: ContainerSpec | None = None      # the vendor's container with ACCE_CONTAINER_OPT applied
 
     def to_dict(self) -> dict:
         """The effective configuration, after defaults, path resolution and VENDOR: auto."""
@@ -137,6 +141,8 @@ class Config:
             "PIP_SOURCE": t.pip_source,
             "MONITOR_INTERVAL": t.monitor_interval,
             "CASE_TIMEOUT": t.case_timeout,
+            "DOCKER_BUILD_ARGS": dict(t.docker_build_args),
+            "EXTRA_CA_BUNDLE": t.extra_ca_bundle,
             "CLUSTER": str(c.path) if c.path else None,
             "CASES": {case.key: case.data_dir for case in t.cases},
             "cluster": {
@@ -267,6 +273,9 @@ def load_config(test_path, cluster_override=None, *, source_root: Path = SOURCE_
         ck.add(data, "SHM_SIZE", f"expected a size such as 32G or 512M, got {shm_size!r}")
     clear_caches = ck.get(data, "CLEAR_CACHES", bool, False)
     container_opt = ck.get(data, "ACCE_CONTAINER_OPT", str, "")
+    overrides, opt_problems = translate_container_opt(container_opt)
+    problems.extend(f"{where(test_path, data, 'ACCE_CONTAINER_OPT')}: {p}" for p in opt_problems)
+    container = merge(vendor.container, overrides) if vendor is not None else None
     visible_env = ck.get(data, "ACCE_VISIBLE_DEVICE_ENV_NAME", (str, type(None)),
                          vendor.visible_devices_env if vendor else None)
     if visible_env is not None and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", visible_env):
@@ -278,6 +287,15 @@ def load_config(test_path, cluster_override=None, *, source_root: Path = SOURCE_
     timeout = ck.get(data, "CASE_TIMEOUT", (int, float), 7200.0)
     if not timeout > 0:
         ck.add(data, "CASE_TIMEOUT", f"expected a number of seconds > 0, got {timeout!r}")
+    build_args = ck.get(data, "DOCKER_BUILD_ARGS", dict, {})
+    for name, value in build_args.items():
+        if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name) or \
+                not isinstance(value, (str, int, float)) or isinstance(value, bool):
+            ck.add(data, "DOCKER_BUILD_ARGS", f"expected NAME: value pairs (strings or numbers), got {name!r}: "
+                                              f"{value!r}")
+    ca_bundle = ck.path_value(data, "EXTRA_CA_BUNDLE")
+    if ca_bundle and not Path(ca_bundle).is_file():
+        ck.add(data, "EXTRA_CA_BUNDLE", f"expected a CA bundle file (PEM), {ca_bundle} does not exist")
 
     cases = _load_cases(ck, data, cluster, vendor, source_root)
 
@@ -288,13 +306,15 @@ def load_config(test_path, cluster_override=None, *, source_root: Path = SOURCE_
         log_path=log_path, log_level=log_level, shm_size=shm_size, clear_caches=clear_caches,
         acce_container_opt=container_opt, visible_devices_env=visible_env, pip_source=pip_source,
         monitor_interval=float(interval), case_timeout=float(timeout), cases=tuple(cases),
+        docker_build_args=tuple(sorted((str(k), str(v)) for k, v in build_args.items())),
+        extra_ca_bundle=ca_bundle,
     )
     hosts = tuple(
         h if h.flagperf_path else HostSpec(h.address, h.ssh_port, h.ssh_user, h.ssh_key, h.python, flagperf_path)
         for h in cluster.hosts
     )
     cluster = ClusterConfig(cluster.path, hosts, cluster.known_hosts, cluster.master_port)
-    return Config(test=test, cluster=cluster, vendor=vendor, source_root=source_root)
+    return Config(test=test, cluster=cluster, vendor=vendor, source_root=source_root, container=container)
 
 
 def _load_cases(ck: _Checker, data, cluster, vendor, source_root) -> list:

@@ -52,7 +52,7 @@ class Run:
         self.accept_new_host_keys = accept_new_host_keys
         self.config = plan.config
         self.say = say
-        self.runtime = get_runtime(self.config.test.runtime)
+        self.runtime = get_runtime(self.config.test.runtime, self.config)
         self.transports = {}
         self.reported_sensors = set()
         self.log = logging.getLogger(f"flagperf.run.{plan.run_id}")
@@ -73,8 +73,9 @@ class Run:
                 code = EXIT_HOSTS
             else:
                 for case, result in zip(plan.cases, results):
-                    for rnd, rres in zip(case.rounds, result.rounds):
-                        self._run_round(case, rnd, rres)
+                    if self._prepare_case(case, result):
+                        for rnd, rres in zip(case.rounds, result.rounds):
+                            self._run_round(case, rnd, rres)
                     self.step(f"case {case.name}: {result.status.upper()}")
         except (KeyboardInterrupt, Interrupted):
             interrupted = True
@@ -145,6 +146,27 @@ class Run:
             else:
                 bad.append(failed(o.key.address, "deploy_path_missing", f"deploy failed: {o.error}"))
         return bad
+
+    def _prepare_case(self, case, result) -> bool:
+        """Runtime preparation for the case's hosts (images for containers); a failure fails the case."""
+        t0 = time.monotonic()
+        try:
+            self.runtime.prepare_case(self.transports, case, self.plan.run_dir, self.log)
+        except (KeyboardInterrupt, Interrupted):
+            raise
+        except Exception as exc:  # noqa: BLE001 - any failure here fails this case, the next one still runs
+            lines = list(getattr(exc, "last_lines", []))
+            self.step(f"{case.name}: preparation failed: {exc}", logging.ERROR)
+            for line in lines:
+                self.say(f"    | {line}")
+                self.log.error(f"    | {line}")
+            for rres in result.rounds:
+                rres.status = "error"
+                rres.failure = {"reason": f"preparation failed: {exc}", "last_lines": lines}
+            return False
+        if time.monotonic() - t0 > 1:
+            self.step(f"{case.name}: prepared in {time.monotonic() - t0:.1f} s")
+        return True
 
     def _run_round(self, case, rnd, res: RoundResult):
         t = self.config.test
@@ -285,7 +307,7 @@ class Run:
             if not first_fail and res.failure and res.failure.get("node"):
                 # The node failed without a failing rank: the launcher itself broke; show its own output.
                 node = next(n for n in nodes if n.label == res.failure["node"])
-                out = node.local_dir / "launcher.out.log"
+                out = node.local_dir / self.runtime.node_output
                 res.failure.update(log=str(out), last_lines=perflog.tail(out, 12))
             if first_fail:
                 node, rank = first_fail

@@ -14,6 +14,7 @@ from flagperf.errors import ConfigError
 from flagperf.yamlio import load_yaml_file
 
 PLAN_SCHEMA = "flagperf.launch/1"
+CONTAINER_PYTHON = "python3"
 
 
 @dataclass(frozen=True)
@@ -125,7 +126,8 @@ def build_plan(config: Config, run_id: str | None = None) -> Plan:
             nodes = []
             master = config.cluster.hosts[0]
             for node_rank, host in enumerate(config.cluster.hosts[:case.nnodes]):
-                nodes.append(_node(config, case, case_cfg, host, node_rank, master, run_id, round_rel, run_dir))
+                nodes.append(_node(config, case, name, k, case_cfg, host, node_rank, master, run_id, round_rel,
+                                   run_dir))
             rounds.append(RoundPlan(k, run_dir / name / f"round{k}", tuple(nodes)))
         cases.append(CasePlan(case, name, files, tuple(rounds)))
     return Plan(run_id, run_dir, config, tuple(cases))
@@ -146,15 +148,19 @@ def master_address(host) -> str:
     return resolved_address(host.address)
 
 
-def _node(config, case, case_cfg, host, node_rank, master, run_id, round_rel, run_dir) -> NodePlan:
+def _node(config, case, case_name, round_index, case_cfg, host, node_rank, master, run_id, round_rel,
+          run_dir) -> NodePlan:
     t, vendor = config.test, config.vendor
+    in_container = t.runtime == "docker"
+    # Ranks and the node launcher use the host's PYTHON, or the image's python3 inside a container.
+    python = CONTAINER_PYTHON if in_container else host.python
     fp = PurePosixPath(host.flagperf_path)
     label = f"{host.address}_noderank{node_rank}"
     node_dir = str(host_result_root(host, config) / round_rel / label)
     local_dir = run_dir.parent / round_rel / label
     ranks = tuple(range(node_rank * case.nproc, (node_rank + 1) * case.nproc))
     rank_argv = [
-        host.python, "-u", str(fp / "benchmarks" / case.model / "main.py"),
+        python, "-u", str(fp / "benchmarks" / case.model / "main.py"),
         "--case-config", f"{node_dir}/case_config.json",
         "--data-dir", case.data_dir or "",
         "--result-dir", node_dir,
@@ -174,6 +180,10 @@ def _node(config, case, case_cfg, host, node_rank, master, run_id, round_rel, ru
     spec = {
         "schema": PLAN_SCHEMA,
         "case": case.key,
+        "case_name": case_name,
+        "framework": case.framework,
+        "round": round_index,
+        "data_dir": case.data_dir,
         "node_rank": node_rank,
         "nnodes": case.nnodes,
         "nproc": case.nproc,
@@ -187,7 +197,10 @@ def _node(config, case, case_cfg, host, node_rank, master, run_id, round_rel, ru
         "out_dir": node_dir,
         "grace_s": 10,
     }
-    launcher_argv = (host.python, str(fp / "launcher" / "node_launcher.py"), "--spec", f"{node_dir}/launch.json")
+    if in_container:
+        from flagperf.runtimes.docker import container_name
+        spec["container_name"] = container_name(run_id, case_name, round_index, node_rank)
+    launcher_argv = (python, str(fp / "launcher" / "node_launcher.py"), "--spec", f"{node_dir}/launch.json")
     monitor_argv = (host.python, str(fp / "monitors" / "monitor.py"), "--out-dir", node_dir,
                     "--interval", f"{t.monitor_interval:g}", "--gpu", vendor.gpu_monitor,
                     "--vendor", vendor.name, "--run-id", run_id)

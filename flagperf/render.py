@@ -33,6 +33,9 @@ def plan_lines(plan) -> list:
                            + (f" {spec['visible_devices_env']}={spec['visible_devices']}"
                               if spec["visible_devices_env"] else ""))
                 out.append(f"      node dir: {node.node_dir}")
+                if spec.get("container_name"):
+                    out.append(f"      container: {spec['container_name']} (vendor image from "
+                               f"vendors/{cfg.vendor.name}/{c.framework}/Dockerfile)")
                 out.append(f"      monitor:  {shlex.join(node.monitor_argv)}")
                 out.append(f"      launcher: {shlex.join(node.launcher_argv)}")
                 out.append(f"      rank:     (cd {shlex.quote(spec['cwd'])} && {shlex.join(spec['argv'])})")

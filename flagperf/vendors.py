@@ -1,23 +1,112 @@
-"""Vendor profiles: ``vendors/<name>/vendor.yaml``, validated into frozen dataclasses."""
+"""Vendor profiles: ``vendors/<name>/vendor.yaml``, validated into frozen dataclasses.
+
+A profile says how ranks use the vendor's accelerators (device, backend, visible-devices variable) and, in
+its ``container:`` section, how the vendor's container is run (a :class:`ContainerSpec`, which turns into the
+keyword arguments of docker SDK's ``containers.run``/``create``). docs/vendors.md describes every key.
+"""
 
 from __future__ import annotations
 
+import glob
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from flagperf.yamlio import load_yaml_file
 
+DEVICES = ("cpu", "cuda", "other")          # other: an untested vendor whose torch device is not cuda
+GPU_MONITORS = ("nvml", "none")             # plug-ins of monitors/monitor.py --gpu
+IPC_MODES = ("host", "private", "shareable", "none")
+ULIMIT_NAMES = ("core", "cpu", "data", "fsize", "locks", "memlock", "msgqueue", "nice", "nofile", "nproc",
+                "rss", "rtprio", "rttime", "sigpending", "stack")
+
 _KEYS = {
     "name": str,
     "description": str,
     "device": str,
+    "torch_device": str,
     "dist_backend": str,
     "visible_devices_env": (str, type(None)),
     "gpu_monitor": str,
     "rank_env": dict,
     "frameworks": list,
+    "container": dict,
+    "peaks": str,
+    "tested": bool,
 }
 _REQUIRED = ("device", "dist_backend", "frameworks")
+CONTAINER_KEYS = ("gpus", "devices", "group_add", "cap_add", "security_opt", "volumes", "env", "shm_size",
+                  "ulimits", "privileged", "ipc_mode", "runtime")
+LIST_FIELDS = ("devices", "group_add", "cap_add", "security_opt", "volumes")
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+SIZE = re.compile(r"[0-9]+(\.[0-9]+)?[bkmgtBKMGT]?[bB]?")
+_GLOB = re.compile(r"[*?\[]")
+
+
+@dataclass(frozen=True)
+class ContainerSpec:
+    """How a vendor's container runs. Plain data; docker is imported only by the methods that need it."""
+
+    gpus: object = "none"           # "all", "none", a count (int) or a tuple of device ids
+    devices: tuple = ()             # "/dev/x[:/dev/y[:rwm]]"; the host part may be a glob (/dev/xpu[0-9]*)
+    group_add: tuple = ()
+    cap_add: tuple = ()
+    security_opt: tuple = ()
+    volumes: tuple = ()             # "host:container[:ro|rw]"
+    env: tuple = ()                 # ((name, value), ...)
+    shm_size: str | None = None     # None: the test config's SHM_SIZE
+    ulimits: tuple = ()             # ((name, soft, hard), ...)
+    privileged: bool = False
+    ipc_mode: str = "host"
+    runtime: str | None = None
+
+    network_mode = "host"           # not configurable: ranks rendezvous over the host network
+
+    def device_requests(self) -> list:
+        if self.gpus in ("none", 0):
+            return []
+        from docker.types import DeviceRequest
+        if self.gpus == "all":
+            return [DeviceRequest(count=-1, capabilities=[["gpu"]])]
+        if isinstance(self.gpus, int):
+            return [DeviceRequest(count=self.gpus, capabilities=[["gpu"]])]
+        return [DeviceRequest(device_ids=list(self.gpus), capabilities=[["gpu"]])]
+
+    def ulimit_objects(self) -> list:
+        from docker.types import Ulimit
+        return [Ulimit(name=name, soft=soft, hard=hard) for name, soft, hard in self.ulimits]
+
+    def device_list(self, expand=glob.glob) -> list:
+        """``devices`` with globs expanded by ``expand(pattern) -> paths`` (on the host that runs the
+        container: the default looks at this machine). A glob that matches nothing adds nothing."""
+        out = []
+        for spec in self.devices:
+            host, _, rest = spec.partition(":")
+            for path in sorted(expand(host)) if _GLOB.search(host) else [host]:
+                # the SDK reads a second field as the container path: /dev/x:rwm becomes /dev/x:/dev/x:rwm
+                out.append(f"{path}:{path}:{rest}" if re.fullmatch(r"[rwm]+", rest) else
+                           f"{path}:{rest}" if rest else path)
+        return out
+
+    def volume_binds(self) -> dict:
+        binds = {}
+        for spec in self.volumes:
+            host, container, mode = split_volume(spec)
+            binds[host] = {"bind": container, "mode": mode}
+        return binds
+
+    def docker_kwargs(self, shm_size_default: str, expand=glob.glob) -> dict:
+        """Keyword arguments for ``client.containers.run``/``create`` (the image and command excepted)."""
+        kwargs = dict(
+            device_requests=self.device_requests(), devices=self.device_list(expand),
+            group_add=list(self.group_add), cap_add=list(self.cap_add), security_opt=list(self.security_opt),
+            volumes=self.volume_binds(), environment=dict(self.env), shm_size=self.shm_size or shm_size_default,
+            ulimits=self.ulimit_objects(), privileged=self.privileged, ipc_mode=self.ipc_mode,
+            network_mode=self.network_mode,
+        )
+        if self.runtime:
+            kwargs["runtime"] = self.runtime
+        return kwargs
 
 
 @dataclass(frozen=True)
@@ -31,11 +120,109 @@ class VendorProfile:
     gpu_monitor: str
     frameworks: tuple
     rank_env: tuple = field(default_factory=tuple)  # ((key, value), ...)
+    torch_device: str | None = None                 # torch's device type (cuda, npu, mlu, ...); None: unknown
+    container: ContainerSpec = field(default_factory=ContainerSpec)
+    peaks: Path | None = None                       # peak table YAML
+    tested: bool = True                             # False: written from documentation, never run
+
+
+# --- checks of single values, shared with container_opts; each returns what was expected, or None ---
+
+def device_target(value: str) -> str:
+    """The path a device has in the container: ``/dev/x``, ``/dev/x:rwm`` -> /dev/x; ``/dev/x:/dev/y`` -> /dev/y."""
+    parts = value.split(":")
+    return parts[1] if len(parts) > 1 and parts[1].startswith("/") else parts[0]
+
+
+def check_device(value) -> str | None:
+    parts = value.split(":") if isinstance(value, str) else []
+    perms_only = len(parts) == 2 and re.fullmatch(r"[rwm]+", parts[1])             # /dev/x:rwm
+    ok = 1 <= len(parts) <= 3 and parts[0].startswith("/dev/") and len(parts[0]) > 5 and \
+        (len(parts) < 2 or perms_only or parts[1].startswith("/")) and \
+        (len(parts) < 3 or re.fullmatch(r"[rwm]+", parts[2]))
+    if ok and _GLOB.search(parts[0]) and len(parts) > 1 and not perms_only:
+        return f"expected no container path after a glob (each device keeps its host path), got {value!r}"
+    return None if ok else f"expected a device /dev/x[:/dev/y][:rwm], got {value!r}"
+
+
+def split_volume(value) -> tuple:
+    """``host:container[:ro|rw]`` -> (host, container, mode); ValueError says what was expected."""
+    parts = value.split(":") if isinstance(value, str) else []
+    if not 2 <= len(parts) <= 3 or not all(p.startswith("/") for p in parts[:2]) or \
+            (len(parts) == 3 and parts[2] not in ("ro", "rw")):
+        raise ValueError(f"expected a bind mount /host/path:/container/path[:ro|rw], got {value!r}")
+    return parts[0], parts[1], parts[2] if len(parts) == 3 else "rw"
+
+
+def check_volume(value) -> str | None:
+    try:
+        split_volume(value)
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
+def check_word(value) -> str | None:
+    ok = isinstance(value, str) and re.fullmatch(r"[A-Za-z0-9_.:=/,-]+", value)
+    return None if ok else f"expected a single word, got {value!r}"
+
+
+def check_group(value) -> str | None:
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return None
+    return check_word(value) and f"expected a group name or id, got {value!r}"
+
+
+def parse_ulimit(value) -> tuple:
+    """An int (soft = hard) or ``"soft:hard"``; -1 is unlimited. (soft, hard); ValueError says what was
+    expected."""
+    expected = f"expected an integer or 'soft:hard' (-1: unlimited), got {value!r}"
+    if isinstance(value, int) and not isinstance(value, bool):
+        parts = [value]
+    elif isinstance(value, str) and re.fullmatch(r"-?[0-9]+(:-?[0-9]+)?", value.strip()):
+        parts = [int(x) for x in value.strip().split(":")]
+    else:
+        raise ValueError(expected)
+    soft, hard = parts[0], parts[-1]
+    if min(soft, hard) < -1 or (hard != -1 and (soft == -1 or soft > hard)):
+        raise ValueError(f"{expected} (soft must not exceed hard)")
+    return soft, hard
+
+
+def check_env_value(value) -> str | None:
+    ok = isinstance(value, (str, int, float)) and not isinstance(value, bool)
+    return None if ok else f"expected a string or number, got {value!r}"
 
 
 def vendor_names(root: Path) -> list[str]:
     d = root / "vendors"
     return sorted(p.name for p in d.iterdir() if (p / "vendor.yaml").is_file()) if d.is_dir() else []
+
+
+class _Problems(list):
+    def __init__(self, path):
+        super().__init__()
+        self.path = path
+
+    def add(self, key, expected):
+        self.append(f"{self.path}: {key}: {expected}")
+
+    def unknown(self, mapping, known, prefix=""):
+        for key in mapping:
+            if key not in known:
+                self.add(f"{prefix}{key}", f"unknown key (known: {', '.join(known)})")
+
+    def get(self, mapping, key, types, default, label=None):
+        """mapping[key] when it has one of ``types``; else report and return ``default``."""
+        if key not in mapping:
+            return default
+        value = mapping[key]
+        types = types if isinstance(types, tuple) else (types,)
+        if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
+            got = "null" if value is None else f"{type(value).__name__} {value!r}"
+            self.add(label or key, f"expected {_type_name(types)}, got {got}")
+            return default
+        return value
 
 
 def load_vendor(root: Path, name: str) -> tuple[VendorProfile | None, list[str]]:
@@ -45,32 +232,114 @@ def load_vendor(root: Path, name: str) -> tuple[VendorProfile | None, list[str]]
     if problems:
         return None, problems
     if not isinstance(data, dict):
-        return None, [f"{path}: expected a mapping of vendor keys"]
-    for key, value in data.items():
-        if key not in _KEYS:
-            problems.append(f"{path}: {key}: unknown key (known: {', '.join(_KEYS)})")
-        elif not isinstance(value, _KEYS[key]):
-            problems.append(f"{path}: {key}: expected {_type_name(_KEYS[key])}, got {type(value).__name__}")
+        return None, [f"{path}: expected a mapping of vendor keys ({', '.join(_KEYS)})"]
+    p = _Problems(path)
+    p.unknown(data, _KEYS)
     for key in _REQUIRED:
         if key not in data:
-            problems.append(f"{path}: {key}: required key is missing")
-    if data.get("device") not in (None, "cpu", "cuda"):
-        problems.append(f"{path}: device: expected 'cpu' or 'cuda', got {data.get('device')!r}")
-    if data.get("gpu_monitor", "none") not in ("none", "nvml"):
-        problems.append(f"{path}: gpu_monitor: expected 'none' or 'nvml', got {data.get('gpu_monitor')!r}")
-    if problems:
-        return None, problems
+            p.add(key, "required key is missing")
+    get = {key: p.get(data, key, types, None) for key, types in _KEYS.items()}
+    if get["name"] not in (None, name):
+        p.add("name", f"expected {name!r} (the folder name), got {get['name']!r}")
+    tested = True if get["tested"] is None else get["tested"]
+    device = get["device"]
+    if device is not None and device not in DEVICES:
+        p.add("device", f"expected one of {', '.join(DEVICES)}, got {device!r}")
+    elif device == "other" and tested:
+        p.add("device", "expected cpu or cuda: 'other' is only for untested profiles (tested: false)")
+    torch_device = get["torch_device"]
+    if device in ("cpu", "cuda") and torch_device not in (None, device):
+        p.add("torch_device", f"expected {device!r} (as device) or no torch_device, got {torch_device!r}")
+    if torch_device is not None and not re.fullmatch(r"[a-z][a-z0-9_]*", torch_device):
+        p.add("torch_device", f"expected a torch device type such as cuda, npu or mlu, got {torch_device!r}")
+    visible = get["visible_devices_env"]
+    if visible is not None and not ENV_NAME.fullmatch(visible):
+        p.add("visible_devices_env", f"expected an environment variable name, got {visible!r}")
+    monitor = "none" if get["gpu_monitor"] is None else get["gpu_monitor"]
+    if monitor not in GPU_MONITORS:
+        p.add("gpu_monitor", f"expected one of {', '.join(GPU_MONITORS)}, got {monitor!r}")
+    frameworks = get["frameworks"]
+    if frameworks is not None and (not frameworks or not all(isinstance(f, str) and f for f in frameworks)):
+        p.add("frameworks", f"expected a non-empty list of framework names, got {frameworks!r}")
+    rank_env = get["rank_env"] or {}
+    for key, value in rank_env.items():
+        if not (isinstance(key, str) and ENV_NAME.fullmatch(key)):
+            p.add(f"rank_env.{key}", "expected an environment variable name")
+        elif check_env_value(value):
+            p.add(f"rank_env.{key}", check_env_value(value))
+    peaks = None
+    if get["peaks"] is not None:
+        peaks = (path.parent / get["peaks"]).resolve()
+        if not peaks.is_file():
+            p.add("peaks", f"expected a peak table YAML file relative to {path.parent}, {peaks} does not exist")
+    container = _load_container(p, get["container"] or {})
+    if p:
+        return None, list(p)
     return VendorProfile(
         name=name,
         path=path.parent,
-        description=data.get("description", ""),
-        device=data["device"],
-        dist_backend=data["dist_backend"],
-        visible_devices_env=data.get("visible_devices_env"),
-        gpu_monitor=data.get("gpu_monitor", "none"),
-        frameworks=tuple(str(f) for f in data["frameworks"]),
-        rank_env=tuple((str(k), str(v)) for k, v in (data.get("rank_env") or {}).items()),
+        description=get["description"] or "",
+        device=device,
+        dist_backend=get["dist_backend"],
+        visible_devices_env=visible,
+        gpu_monitor=monitor,
+        frameworks=tuple(frameworks),
+        rank_env=tuple((str(k), str(v)) for k, v in rank_env.items()),
+        torch_device=torch_device or (device if device != "other" else None),
+        container=container,
+        peaks=peaks,
+        tested=tested,
     ), []
+
+
+def _load_container(p: _Problems, raw: dict) -> ContainerSpec:
+    p.unknown(raw, CONTAINER_KEYS, "container.")
+    kw = {}
+    if "gpus" in raw:
+        gpus = raw["gpus"]
+        if gpus in ("all", "none") or (isinstance(gpus, int) and not isinstance(gpus, bool) and gpus >= 0):
+            kw["gpus"] = "none" if gpus == 0 else gpus
+        else:
+            p.add("container.gpus", f"expected all, none or a number of GPUs, got {gpus!r}")
+    checks = {"devices": check_device, "volumes": check_volume, "group_add": check_group,
+              "cap_add": check_word, "security_opt": check_word}
+    for key in LIST_FIELDS:
+        items = p.get(raw, key, list, [], f"container.{key}")
+        for i, item in enumerate(items):
+            if checks[key](item):
+                p.add(f"container.{key}[{i}]", checks[key](item))
+        kw[key] = tuple(str(item) for item in items)
+    env = p.get(raw, "env", dict, {}, "container.env")
+    for key, value in env.items():
+        if not (isinstance(key, str) and ENV_NAME.fullmatch(key)):
+            p.add(f"container.env.{key}", "expected an environment variable name")
+        elif check_env_value(value):
+            p.add(f"container.env.{key}", check_env_value(value))
+    kw["env"] = tuple((str(k), str(v)) for k, v in env.items())
+    shm = p.get(raw, "shm_size", (str, int), None, "container.shm_size")
+    if shm is not None and not SIZE.fullmatch(str(shm)):
+        p.add("container.shm_size", f"expected a size such as 32G or 512M, got {shm!r}")
+    kw["shm_size"] = None if shm is None else str(shm)
+    ulimits = []
+    for key, value in p.get(raw, "ulimits", dict, {}, "container.ulimits").items():
+        if key not in ULIMIT_NAMES:
+            p.add(f"container.ulimits.{key}", f"expected a ulimit name ({', '.join(ULIMIT_NAMES)})")
+            continue
+        try:
+            ulimits.append((key, *parse_ulimit(value)))
+        except ValueError as exc:
+            p.add(f"container.ulimits.{key}", str(exc))
+    kw["ulimits"] = tuple(ulimits)
+    kw["privileged"] = p.get(raw, "privileged", bool, False, "container.privileged")
+    ipc = p.get(raw, "ipc_mode", str, "host", "container.ipc_mode")
+    if ipc not in IPC_MODES:
+        p.add("container.ipc_mode", f"expected one of {', '.join(IPC_MODES)}, got {ipc!r}")
+    kw["ipc_mode"] = ipc
+    runtime = p.get(raw, "runtime", (str, type(None)), None, "container.runtime")
+    if runtime is not None and not re.fullmatch(r"[A-Za-z0-9_.-]+", runtime):
+        p.add("container.runtime", f"expected a docker runtime name such as nvidia, got {runtime!r}")
+    kw["runtime"] = runtime
+    return ContainerSpec(**kw)
 
 
 def detect_vendor() -> tuple[str, str]:
@@ -92,7 +361,7 @@ def detect_vendor() -> tuple[str, str]:
     return "cpu", "NVML sees no GPU"
 
 
-def _type_name(t) -> str:
-    if isinstance(t, tuple):
-        return " or ".join("null" if x is type(None) else x.__name__ for x in t)
-    return {"str": "a string", "list": "a list", "dict": "a mapping"}.get(t.__name__, t.__name__)
+def _type_name(types) -> str:
+    names = {str: "a string", list: "a list", dict: "a mapping", bool: "true or false", int: "an integer",
+             type(None): "null"}
+    return " or ".join(names.get(t, t.__name__) for t in types)

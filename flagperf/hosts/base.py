@@ -87,5 +87,9 @@ class Transport(abc.ABC):
     def put_files(self, local_root, relpaths, remote_root: str) -> int:
         """Copy the given files from local_root on the driver to remote_root on the host; returns bytes sent."""
 
+    @abc.abstractmethod
+    def forward_unix_socket(self, remote_path: str) -> str:
+        """A local unix socket path that reaches the host's unix socket ``remote_path`` (e.g. the Docker daemon)."""
+
     def close(self) -> None:
         pass

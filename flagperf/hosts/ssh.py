@@ -113,6 +113,7 @@ class SSHTransport(Transport):
         self.ssh = client.get_transport()
         self.ssh.set_keepalive(KEEPALIVE_S)
         self.where = where
+        self._forwards = []
 
     # -- commands -----------------------------------------------------------------------------------------------
     def _open(self, argv, wrapper=_PID_WRAPPER, extra=()):
@@ -273,7 +274,41 @@ class SSHTransport(Transport):
                             f"{local_err.strip()}", "command_failed")
         return len(want), sum(listing[w] for w in want)
 
+    def forward_unix_socket(self, remote_path: str) -> str:
+        """A local unix socket whose every connection is relayed to ``remote_path`` on the host, over this SSH
+        connection (one exec channel per connection, relayed by a few lines of Python there). Used for the
+        Docker daemon: the same identity and host-key policy as everything else, no second SSH client."""
+        import tempfile
+        folder = tempfile.mkdtemp(prefix="flagperf-fwd-")
+        local = os.path.join(folder, "sock")
+        server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        server.bind(local)
+        server.listen(32)
+        self._forwards.append((server, folder))
+        threading.Thread(target=self._accept_loop, args=(server, remote_path), daemon=True,
+                         name=f"fwd-{self.name}").start()
+        return local
+
+    def _accept_loop(self, server, remote_path):
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return                      # server closed
+            try:
+                chan, _pid = self._open([self.host.python, "-c", _RELAY_SCRIPT, remote_path])
+            except HostError:
+                conn.close()
+                continue
+            threading.Thread(target=_pump_to_channel, args=(conn, chan), daemon=True).start()
+            threading.Thread(target=_pump_from_channel, args=(chan, conn), daemon=True).start()
+
     def close(self):
+        import shutil
+        for server, folder in self._forwards:
+            server.close()
+            shutil.rmtree(folder, ignore_errors=True)
+        self._forwards.clear()
         self.client.close()
 
 
@@ -301,6 +336,62 @@ class _ChannelWriter(io.RawIOBase):
     def write(self, b):
         self.chan.sendall(bytes(b))
         return len(b)
+
+
+# Runs on the host: relays stdin/stdout to a unix socket (the Docker daemon's).
+_RELAY_SCRIPT = r"""
+import os, socket, sys, threading
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+s.connect(sys.argv[1])
+def up():
+    while True:
+        d = os.read(0, 65536)
+        if not d:
+            break
+        s.sendall(d)
+    try:
+        s.shutdown(socket.SHUT_WR)
+    except OSError:
+        pass
+threading.Thread(target=up, daemon=True).start()
+out = sys.stdout.buffer
+while True:
+    d = s.recv(65536)
+    if not d:
+        break
+    out.write(d)
+    out.flush()
+"""
+
+
+def _pump_to_channel(conn, chan):
+    try:
+        while True:
+            data = conn.recv(65536)
+            if not data:
+                break
+            chan.sendall(data)
+    except (OSError, EOFError):
+        pass
+    finally:
+        try:
+            chan.shutdown_write()
+        except (OSError, EOFError):
+            pass
+
+
+def _pump_from_channel(chan, conn):
+    try:
+        while True:
+            data = chan.recv(65536)
+            if not data:
+                break
+            conn.sendall(data)
+    except (OSError, EOFError):
+        pass
+    finally:
+        conn.close()
+        chan.close()
 
 
 def _drain(recv, buf):

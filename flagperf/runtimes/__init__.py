@@ -3,10 +3,13 @@
 from flagperf.runtimes.base import Runtime
 
 
-def get_runtime(name: str) -> Runtime:
+def get_runtime(name: str, config=None) -> Runtime:
     if name == "bare":
         from flagperf.runtimes.bare import BareRuntime
         return BareRuntime()
+    if name == "docker":
+        from flagperf.runtimes.docker import DockerRuntime
+        return DockerRuntime(config)
     raise ValueError(f"runtime {name!r} is not available in this version")
 
 

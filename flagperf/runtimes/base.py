@@ -7,6 +7,11 @@ import abc
 
 class Runtime(abc.ABC):
     name = "?"
+    node_output = "launcher.out.log"  # file in the node directory with the node launcher's own stdout/stderr
+
+    def prepare_case(self, transports, case, run_dir, log) -> None:
+        """Once per case before its rounds, for every host of the case (for containers: the image). Raise on
+        failure: the case fails with the message (and ``last_lines`` of the exception, if it has them)."""
 
     def prepare(self, transport, node, log) -> None:
         """Make the node ready for the round (for containers: image and container up). Raise on failure."""

@@ -32,10 +32,18 @@ def flagperf_home(tmp_path):
     return home
 
 
+def materialize(home):
+    """A copy of a FLAGPERF_HOME with its symlinks resolved (containers see only the mounted folder)."""
+    real = home.parent / (home.name + "-real")
+    shutil.copytree(home, real, symlinks=False, ignore=shutil.ignore_patterns("__pycache__"))
+    return real
+
+
 def write_conf(tmp_path, cases, **extra):
-    """A test config running on localhost with RUNTIME: bare and VENDOR: cpu."""
-    lines = ["VENDOR: cpu", "RUNTIME: bare", f"FLAGPERF_LOG_PATH: {tmp_path / 'result'}", "MONITOR_INTERVAL: 0.5"]
-    lines += [f"{k}: {v}" for k, v in extra.items()]
+    """A test config running on localhost with RUNTIME: bare and VENDOR: cpu (``extra`` keys override)."""
+    keys = {"VENDOR": "cpu", "RUNTIME": "bare", "FLAGPERF_LOG_PATH": tmp_path / "result", "MONITOR_INTERVAL": 0.5}
+    keys.update(extra)
+    lines = [f"{k}: {v}" for k, v in keys.items()]
     lines.append("CASES:")
     lines += [f'  "{key}": {data}' for key, data in cases.items()]
     path = tmp_path / "test_conf.yaml"
@@ -148,3 +156,37 @@ def ssh_bed_factory(tmp_path):
 def ssh_bed(ssh_bed_factory):
     """A started SSHBed of 2 hosts (tests/sshbed.py); ``ssh_bed.write_cluster_yaml(path)`` gives a cluster config."""
     return ssh_bed_factory(2)
+
+
+# ---- Docker: a real engine (Debian's docker.io) and two offline-built test images (see tests/dockerenv.py) ----
+
+@pytest.fixture(scope="session")
+def docker_env():
+    """The Docker test environment, set up once per session: ``.client`` (docker SDK, /var/run/docker.sock),
+    ``.base_image`` (flagperf-test/debian-python:bookworm) and ``.torch_image`` (flagperf-test/torch-cpu:2.13.0).
+    Installs docker.io/debootstrap if missing, starts dockerd if none answers (log /tmp/flagperf-dockerd.log;
+    left running for later sessions) and builds the images when not cached (~2 min the first time).
+    Under CI=true nothing skips: no Docker is a test failure with the reason; otherwise the test skips."""
+    from tests import dockerenv
+
+    in_ci = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+    try:
+        env = dockerenv.get_env(log_path="/tmp/flagperf-dockerd.log")
+    except dockerenv.DockerEnvError as exc:
+        if in_ci:
+            pytest.fail(f"Docker test environment: {exc}", pytrace=False)
+        pytest.skip(f"Docker test environment unavailable: {exc}")
+    yield env
+
+
+@pytest.fixture
+def docker_clean(docker_env):
+    """After the test (passed or failed), force-remove the containers labelled ``flagperf.run`` that appeared
+    during it, so that a failing test leaks nothing.  It asserts nothing.  Containers that existed before the
+    test are left alone: another pytest session may share the daemon (dockerenv.cleanup_flagperf_containers
+    without ``keep`` removes them all)."""
+    from tests import dockerenv
+
+    before = dockerenv.flagperf_container_ids(docker_env.client)
+    yield docker_env
+    dockerenv.cleanup_flagperf_containers(docker_env.client, keep=before)

@@ -1,0 +1,125 @@
+"""Vendor images: ``vendors/<vendor>/<framework>/Dockerfile`` built into a tag that carries a content hash.
+
+The tag is ``flagperf/<vendor>-<framework>:<hash>``. The hash covers every file of that folder, the build
+arguments and the extra CA bundle. An edit gives a new tag, so the image is rebuilt; an unchanged folder
+gives the same tag, and the image already on the host is reused.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import re
+import tarfile
+from dataclasses import dataclass
+from pathlib import Path
+
+CA_FILE = "extra-ca.crt"
+
+
+class ImageError(Exception):
+    def __init__(self, message, last_lines=()):
+        super().__init__(message)
+        self.last_lines = list(last_lines)
+
+
+@dataclass(frozen=True)
+class ImageSpec:
+    vendor: str
+    framework: str
+    folder: Path
+    build_args: tuple          # ((name, value), ...)
+    ca_bundle: Path | None
+
+    @property
+    def repository(self) -> str:
+        return f"flagperf/{_slug(self.vendor)}-{_slug(self.framework)}"
+
+    @property
+    def tag(self) -> str:
+        return f"{self.repository}:{self.digest()[:16]}"
+
+    def digest(self) -> str:
+        h = hashlib.sha256()
+        for rel, path in self._files():
+            h.update(rel.encode() + b"\0")
+            h.update(path.read_bytes() + b"\0")
+        h.update(json.dumps(sorted(self.build_args)).encode())
+        return h.hexdigest()
+
+    def _files(self):
+        files = sorted((str(p.relative_to(self.folder)), p) for p in self.folder.rglob("*")
+                       if p.is_file() and "__pycache__" not in p.parts)
+        if self.ca_bundle is not None:
+            files.append((CA_FILE, self.ca_bundle))
+        return files
+
+    def context(self) -> io.BytesIO:
+        """The build context as an uncompressed tar in memory (the folder is small)."""
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w") as tar:
+            for rel, path in self._files():
+                tar.add(str(path), arcname=rel, recursive=False)
+            if self.ca_bundle is None:     # the Dockerfile may COPY it: give an empty one
+                info = tarfile.TarInfo(CA_FILE)
+                tar.addfile(info, io.BytesIO(b""))
+        buf.seek(0)
+        return buf
+
+
+def image_spec(config, framework: str) -> ImageSpec:
+    folder = config.source_root / "vendors" / config.vendor.name / framework
+    if not (folder / "Dockerfile").is_file():
+        raise ImageError(f"no Dockerfile for vendor {config.vendor.name!r} and framework {framework!r} "
+                         f"({folder / 'Dockerfile'})")
+    t = config.test
+    args = dict(t.docker_build_args)
+    if t.pip_source:
+        args.setdefault("PIP_INDEX_URL", t.pip_source)
+    ca = Path(t.extra_ca_bundle) if t.extra_ca_bundle else None
+    return ImageSpec(config.vendor.name, framework, folder, tuple(sorted(args.items())), ca)
+
+
+def ensure_image(client, spec: ImageSpec, log_path: Path) -> tuple:
+    """Build the image on this daemon unless the tag is there. Returns (tag, built: bool).
+
+    The build output goes to log_path; a failed build raises ImageError with its last lines.
+    """
+    import docker
+    try:
+        client.images.get(spec.tag)
+        return spec.tag, False
+    except docker.errors.ImageNotFound:
+        pass
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    lines = []
+    error = None
+    with open(log_path, "w", encoding="utf-8") as log:
+        log.write(f"# docker build -t {spec.tag} {spec.folder} (build args: {dict(spec.build_args)})\n")
+        try:
+            stream = client.api.build(fileobj=spec.context(), custom_context=True, tag=spec.tag, rm=True,
+                                      forcerm=True, buildargs=dict(spec.build_args), decode=True,
+                                      labels={"flagperf.image": spec.repository, "flagperf.digest": spec.digest()},
+                                      network_mode="host")
+            for chunk in stream:
+                text = chunk.get("stream") or chunk.get("status") or ""
+                if "error" in chunk:
+                    error = chunk.get("error") or str(chunk.get("errorDetail"))
+                    text = f"ERROR: {error}\n"
+                if text:
+                    log.write(text if text.endswith("\n") else text + "\n")
+                    lines.extend(text.rstrip("\n").splitlines())
+                    del lines[:-40]
+        except docker.errors.APIError as exc:
+            error = str(exc)
+            log.write(f"ERROR: {error}\n")
+    if error:
+        raise ImageError(f"building {spec.tag} failed: {error.strip().splitlines()[-1] if error.strip() else error}",
+                         lines[-12:])
+    return spec.tag, True
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9_.-]+", "-", text.lower()).strip("-.") or "x"
+
