@@ -49,6 +49,20 @@ def client_for(transport):
     return docker.DockerClient(base_url=f"unix://{sock}", timeout=120)
 
 
+def _globber(transport):
+    """Expands a device glob (/dev/xpu[0-9]*) on the host that runs the container, not on the driver."""
+    import glob
+    import json
+    if transport.host.is_local:
+        return glob.glob
+
+    def remote(pattern):
+        r = transport.run([transport.host.python, "-c",
+                           "import glob, json, sys; print(json.dumps(sorted(glob.glob(sys.argv[1]))))", pattern])
+        return json.loads(r.stdout) if r.ok else []
+    return remote
+
+
 def container_name(run_id: str, case: str, round_index: int, node_rank: int) -> str:
     raw = f"flagperf-{run_id}-{case}-r{round_index}-n{node_rank}"
     return re.sub(r"[^a-zA-Z0-9_.-]", "-", raw)
@@ -147,7 +161,7 @@ class DockerRuntime(Runtime):
         spec = node.launch_spec
         client = self.client(transport)
         tag = self.images[(node.host.address, spec["framework"])]
-        kwargs = self.config.container.docker_kwargs(self.config.test.shm_size)
+        kwargs = self.config.container.docker_kwargs(self.config.test.shm_size, expand=_globber(transport))
         name = spec["container_name"]
         self._remove_stale(client, name, log)
         mounts = dict(kwargs.pop("volumes", {}) or {})
