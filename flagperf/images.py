@@ -81,7 +81,7 @@ def image_spec(config, framework: str) -> ImageSpec:
     return ImageSpec(config.vendor.name, framework, folder, tuple(sorted(args.items())), ca)
 
 
-def ensure_image(client, spec: ImageSpec, log_path: Path) -> tuple:
+def ensure_image(client, spec: ImageSpec, log_path: Path, nocache: bool = False) -> tuple:
     """Build the image on this daemon unless the tag is there. Returns (tag, built: bool).
 
     The build output goes to log_path; a failed build raises ImageError with its last lines.
@@ -99,7 +99,7 @@ def ensure_image(client, spec: ImageSpec, log_path: Path) -> tuple:
         log.write(f"# docker build -t {spec.tag} {spec.folder} (build args: {dict(spec.build_args)})\n")
         try:
             stream = client.api.build(fileobj=spec.context(), custom_context=True, tag=spec.tag, rm=True,
-                                      forcerm=True, buildargs=dict(spec.build_args), decode=True,
+                                      nocache=nocache, forcerm=True, buildargs=dict(spec.build_args), decode=True,
                                       labels={"flagperf.image": spec.repository, "flagperf.digest": spec.digest()},
                                       network_mode="host")
             for chunk in stream:
