@@ -321,7 +321,13 @@ class Run:
         if res.status != "passed":
             return
         rank0 = perflog.rank_log(nodes[0].local_dir, 0)
-        payload = perflog.finished(perflog.read_records(rank0))
+        records = perflog.read_records(rank0)
+        payload = perflog.finished(records)
+        skipped = [r for r in records if r.get("event") == "SKIPPED"]
+        if payload is None and skipped:
+            res.status = "skipped"
+            res.failure = {"reason": f"skipped: {skipped[-1].get('reason', 'no reason given')}"}
+            return
         problems = ["rank 0 printed no FINISHED line"] if payload is None else perflog.validate_finished(payload)
         if problems:
             res.status = "failed"
@@ -345,6 +351,9 @@ class Run:
                           logging.WARNING)
 
     def _report_round(self, label, res: RoundResult):
+        if res.status == "skipped":
+            self.step(f"{label}: {res.failure['reason']}", logging.WARNING)
+            return
         if res.status == "passed":
             f = res.finished
             self.step(f"{label}: passed in {res.duration_s:.1f} s: {f['metric']} = {f['value']:.4g} {f['unit']}")

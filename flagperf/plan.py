@@ -106,6 +106,13 @@ def merged_case_config(config: Config, case: CaseSpec) -> tuple:
         else:
             merged.update(data)
             used.append(path)
+    peaks = config.vendor.peaks
+    if peaks is not None:
+        data, errs = load_yaml_file(peaks)
+        if errs or not isinstance(data, dict):
+            problems.extend(errs or [f"{peaks}: expected a mapping of device entries"])
+        else:
+            merged["vendor_peaks"] = data
     if problems:
         raise ConfigError(problems)
     merged.update(model=case.model, framework=case.framework, hw=case.hw, nnodes=case.nnodes,

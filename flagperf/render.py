@@ -61,7 +61,7 @@ def summary_table(summary: dict) -> Table:
     for case in summary["cases"]:
         st = case["stats"].get("value") or {}
         e2e = case["stats"].get("e2e_time") or {}
-        style = {"passed": "green", "failed": "red"}.get(case["status"], "yellow")
+        style = {"passed": "green", "failed": "red", "skipped": "yellow"}.get(case["status"], "yellow")
         table.add_row(
             case["name"], f"[{style}]{case['status']}[/]", f"{case['rounds_passed']}/{len(case['rounds'])}",
             case["metric"] or "-", _num(st.get("median")), _num(st.get("mean")), _num(st.get("min")),

@@ -151,6 +151,32 @@ class PerfLog:
         sys.exit(exit_code)
 
 
+    def skipped(self, reason):
+        """Print SKIPPED with the reason (this host cannot run the case, e.g. no nvcc), leave the process
+        group, exit 0. Every rank should call it; the round is reported as skipped, not failed."""
+        record = {"event": "SKIPPED", "time": time.time(), "rank": self.rank, "reason": str(reason)}
+        if self.benchmark:
+            record["benchmark"] = self.benchmark
+        self._emit(record)
+        _destroy_quietly()
+        sys.exit(0)
+
+
+def peak_for(cfg, key, device_name):
+    """The datasheet peak ``key`` (e.g. ``bf16_tflops``, ``mem_bw_gbs``) for this device from the vendor's
+    peak table (the driver passes it in the case config as ``vendor_peaks``): (value, entry name) or
+    (None, None). An entry matches when one of its ``match`` strings occurs in the device name; the most
+    specific (longest) match wins."""
+    best = (None, None, -1)
+    for name, entry in (cfg.get("vendor_peaks") or {}).items():
+        if not isinstance(entry, dict):
+            continue
+        for pattern in entry.get("match", [name]):
+            if pattern.lower() in str(device_name).lower() and len(pattern) > best[2] and key in entry:
+                best = (float(entry[key]), name, len(pattern))
+    return best[0], best[1]
+
+
 def _sanitize(x):
     """Non-finite floats become strings so that the line stays strict JSON."""
     x = _plain(x)

@@ -24,7 +24,7 @@ class NodeResult:
 class RoundResult:
     index: int
     dir: str                      # relative to the run directory
-    status: str = "not_run"       # passed | failed | timeout | interrupted | error | not_run
+    status: str = "not_run"       # passed | skipped | failed | timeout | interrupted | error | not_run
     duration_s: float = 0.0
     finished: dict | None = None  # rank 0's FINISHED payload
     failure: dict | None = None   # {reason, node, rank, exit_code, log, last_lines}
@@ -42,6 +42,10 @@ class CaseResult:
     def status(self) -> str:
         states = {r.status for r in self.rounds}
         if states == {"passed"}:
+            return "passed"
+        if states == {"skipped"}:
+            return "skipped"
+        if states == {"passed", "skipped"}:
             return "passed"
         if "interrupted" in states or ("not_run" in states and "failed" not in states and "timeout" not in states
                                        and "error" not in states):
@@ -113,7 +117,7 @@ def build_summary(*, run_id, run_dir, version, started, finished, interrupted, v
     cases = [case_summary(c) for c in case_results]
     if interrupted:
         status = "interrupted"
-    elif all(c["status"] == "passed" for c in cases):
+    elif all(c["status"] in ("passed", "skipped") for c in cases):
         status = "passed"
     else:
         status = "failed"
