@@ -1,6 +1,8 @@
 """GEMM throughput per dtype, one GEMM per rank; see README.md and docs/benchmarks.md."""
 import os
+import statistics
 import sys
+import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from common import harness  # noqa: E402
@@ -10,78 +12,283 @@ LOG.event("INIT_START")  # before `import torch`, so that e2e_time includes it
 
 import torch  # noqa: E402
 
+FP8 = getattr(torch, "float8_e4m3fn", None)
+
 # name -> (storage dtype, TF32 math allowed, relative error tolerance vs. the float64 reference)
+# int8 is checked exactly (tolerance 0: no element may differ from the integer reference).
 DTYPES = {
     "fp64": (torch.float64, False, 1e-12),
     "fp32": (torch.float32, False, 1e-5),
     "tf32": (torch.float32, True, 5e-3),
     "fp16": (torch.float16, False, 2e-2),
     "bf16": (torch.bfloat16, False, 2e-2),
+    "int8": (torch.int8, False, 0),
+    "fp8": (FP8, False, 2e-2),
 }
+DIRECT_DTYPES = ("bf16", "fp16", "fp32")  # also timed as plain `torch.matmul(a, b)` in a bare loop
+INT8_MAX_K = (2 ** 31 - 1) // (128 * 128)  # |sum of k int8 products| <= k * 2^14 must fit the int32 output
 
+
+def unit_of(name):
+    """(metric prefix, unit): int8 GEMMs are integer operations, TOP/s; the rest TFLOP/s."""
+    return ("tops", "TOP/s") if name == "int8" else ("tflops", "TFLOP/s")
+
+
+def peak_key(name):
+    return "int8_tops" if name == "int8" else f"{name}_tflops"
+
+
+# --------------------------------------------------------------------------- support probes
+
+def int8_unsupported(ctx):
+    """None when torch._int_mm (int8 x int8 -> int32) works on this device, else the reason."""
+    if not hasattr(torch, "_int_mm"):
+        return f"torch {torch.__version__} has no torch._int_mm"
+    try:
+        a = torch.ones(32, 32, dtype=torch.int8, device=ctx.device)
+        r = torch._int_mm(a, a.t())
+        ctx.sync()
+        if r.dtype != torch.int32 or int(r[0, 0]) != 32:
+            return f"torch._int_mm probe returned {r.dtype} {int(r[0, 0])}, expected int32 32"
+    except Exception as e:  # not implemented for this device / build
+        return f"torch._int_mm is not supported on {ctx.device.type} in this build: {type(e).__name__}: {e}"
+    return None
+
+
+def scaled_mm(a, b, scale_a, scale_b, fast_accum=False):
+    """torch._scaled_mm with tensor-wise float32 scales and a bf16 result (old torch returned a tuple)."""
+    r = torch._scaled_mm(a, b, scale_a=scale_a, scale_b=scale_b, out_dtype=torch.bfloat16,
+                         use_fast_accum=fast_accum)
+    return r[0] if isinstance(r, tuple) else r
+
+
+def fp8_unsupported(ctx):
+    """None when the fp8 GEMM (torch._scaled_mm, e4m3 inputs) can run here, else the reason."""
+    if not ctx.is_cuda:
+        return (f"fp8 GEMM (torch._scaled_mm) is benchmarked on CUDA devices of compute capability >= 8.9 only; "
+                f"not run on {ctx.device.type}")
+    if getattr(torch.version, "hip", None):
+        return "fp8 GEMM uses float8_e4m3fn with cuBLASLt; not run on ROCm"
+    if FP8 is None or not hasattr(torch, "_scaled_mm"):
+        return f"torch {torch.__version__} has no float8_e4m3fn / torch._scaled_mm"
+    cap = torch.cuda.get_device_capability(ctx.device)
+    if tuple(cap) < (8, 9):
+        return f"fp8 tensor cores need compute capability >= 8.9; this GPU has {cap[0]}.{cap[1]}"
+    try:
+        one = torch.ones((), dtype=torch.float32, device=ctx.device)
+        a = torch.ones(32, 32, device=ctx.device).to(FP8)
+        r = scaled_mm(a, a.t(), one, one)
+        ctx.sync()
+        if float(r[0, 0]) != 32.0:
+            return f"torch._scaled_mm probe returned {float(r[0, 0])}, expected 32"
+    except Exception as e:
+        return f"torch._scaled_mm failed on this GPU: {type(e).__name__}: {e}"
+    return None
+
+
+# --------------------------------------------------------------------------- configuration
 
 def read_config(cfg, ctx):
-    def int_key(key, default, minimum=1):
-        v = cfg.get(key, default)
+    def int_val(key, v, minimum=1):
         if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
             harness.config_error(f"gemm: {key} must be an integer >= {minimum}, got {v!r}")
         return v
+
+    def int_key(key, default, minimum=1):
+        return int_val(key, cfg.get(key, default), minimum)
 
     c = {key: int_key(key, d) for key, d in
          (("m", 512), ("n", 512), ("k", 512), ("iters", 20), ("repeats", 5), ("check_rows", 64))}
     c["warmup"] = int_key("warmup", 5, minimum=0)
     c["seed"] = int_key("seed", 1234, minimum=0)
     c["inject_error"] = bool(cfg.get("inject_error", False))
+    c["direct"] = bool(cfg.get("direct", True))
+    c["fp8_fast_accum"] = bool(cfg.get("fp8_fast_accum", False))
     dtypes = cfg.get("dtypes", ["fp32", "bf16"])
     dtypes = [dtypes] if isinstance(dtypes, str) else list(dtypes)
     unknown = [d for d in dtypes if d not in DTYPES]
     if not dtypes or unknown:
         harness.config_error(f"gemm: dtypes must be a non-empty list of {sorted(DTYPES)}, got {dtypes!r}")
+
+    # per-dtype overrides: sizes_per_dtype {dtype: N | [m, n, k] | {m:, n:, k:}}, iters_per_dtype {dtype: N}
+    shapes = {d: (c["m"], c["n"], c["k"]) for d in DTYPES}
+    spd = cfg.get("sizes_per_dtype") or {}
+    if not isinstance(spd, dict) or set(spd) - set(DTYPES):
+        harness.config_error(f"gemm: sizes_per_dtype must map dtypes of {sorted(DTYPES)} to sizes, got {spd!r}")
+    for d, v in spd.items():
+        key = f"sizes_per_dtype.{d}"
+        if isinstance(v, dict) and not set(v) - {"m", "n", "k"}:
+            shapes[d] = tuple(int_val(f"{key}.{x}", v.get(x, c[x])) for x in ("m", "n", "k"))
+        elif isinstance(v, (list, tuple)) and len(v) == 3:
+            shapes[d] = tuple(int_val(key, x) for x in v)
+        elif isinstance(v, int) and not isinstance(v, bool):
+            shapes[d] = (int_val(key, v),) * 3
+        else:
+            harness.config_error(f"gemm: {key} must be N, [m, n, k] or {{m, n, k}}, got {v!r}")
+    ipd = cfg.get("iters_per_dtype") or {}
+    if not isinstance(ipd, dict) or set(ipd) - set(DTYPES):
+        harness.config_error(f"gemm: iters_per_dtype must map dtypes of {sorted(DTYPES)} to integers, got {ipd!r}")
+    c["iters_of"] = {d: int_val(f"iters_per_dtype.{d}", ipd.get(d, c["iters"])) for d in DTYPES}
+
     c["skipped"] = {}
     if not ctx.is_cuda and "tf32" in dtypes:
         c["skipped"]["tf32"] = "TF32 is a CUDA tensor-core mode; not meaningful on cpu"
-        print("gemm: skipping tf32: " + c["skipped"]["tf32"], flush=True)
+    if "int8" in dtypes:
+        reason = int8_unsupported(ctx)
+        if reason:
+            c["skipped"]["int8"] = reason
+    if "fp8" in dtypes:
+        reason = fp8_unsupported(ctx)
+        if reason:
+            c["skipped"]["fp8"] = reason
+    for d, reason in c["skipped"].items():
+        print(f"gemm: skipping {d}: {reason}", flush=True)
     c["dtypes"] = [d for d in dict.fromkeys(dtypes) if d not in c["skipped"]]
     if not c["dtypes"]:
         harness.config_error(f"gemm: no dtype left to run on {ctx.device.type} (skipped: {c['skipped']})")
+
+    # shape rules of the low-precision GEMMs (only for dtypes that will run)
+    if "int8" in c["dtypes"]:
+        m, n, k = shapes["int8"]
+        if m <= 16 or m % 8 or n % 8 or k % 8 or k > INT8_MAX_K:
+            harness.config_error(f"gemm: int8 (torch._int_mm) needs m > 16 and m, n, k multiples of 8 and "
+                                 f"k <= {INT8_MAX_K} (int32 accumulation), got m, n, k = {m}, {n}, {k}")
+    if "fp8" in c["dtypes"]:
+        m, n, k = shapes["fp8"]
+        if m % 16 or n % 16 or k % 16:
+            harness.config_error(f"gemm: fp8 (torch._scaled_mm) needs m, n, k multiples of 16, "
+                                 f"got m, n, k = {m}, {n}, {k}")
+    c["shapes"] = {d: shapes[d] for d in c["dtypes"]}
     return c
 
 
-def rel_err(c_out, a, b, rows):
-    """Frobenius relative error of the first `rows` rows against a float64 reference."""
+# --------------------------------------------------------------------------- inputs, checks, direct loop
+
+def make_case(name, m, n, k, gen, ctx, fast_accum):
+    """Inputs and the GEMM to time: (a, b, scale, fn, result) where fn() runs one GEMM, result() is its output
+    and scale (fp8 only, else None) the product of the two dequantization scales.
+    int8 and fp8 use B column-major (a (n, k) row-major tensor, transposed view): the layout their
+    tensor-core GEMMs want (torch._scaled_mm requires it)."""
+    dev = ctx.device
+    if name == "int8":
+        a = torch.randint(-128, 128, (m, k), generator=gen, device=dev, dtype=torch.int8)
+        b = torch.randint(-128, 128, (n, k), generator=gen, device=dev, dtype=torch.int8).t()
+        out = torch.empty(m, n, device=dev, dtype=torch.int32)
+        return a, b, None, (lambda: torch._int_mm(a, b, out=out)), (lambda: out)
+    if name == "fp8":
+        fp8_max = float(torch.finfo(FP8).max)  # 448
+        a_f = torch.randn(m, k, generator=gen, device=dev, dtype=torch.float32)
+        bt_f = torch.randn(n, k, generator=gen, device=dev, dtype=torch.float32)
+        scale_a = (a_f.abs().amax() / fp8_max).float()  # 0-dim float32 tensors on the device: dequant scales
+        scale_b = (bt_f.abs().amax() / fp8_max).float()
+        a = (a_f / scale_a).to(FP8)
+        b = (bt_f / scale_b).to(FP8).t()
+        del a_f, bt_f
+        state = {}
+
+        def fn():
+            state["out"] = scaled_mm(a, b, scale_a, scale_b, fast_accum)
+        return a, b, scale_a.double() * scale_b.double(), fn, (lambda: state["out"])
+    dtype = DTYPES[name][0]
+    gen_dtype = torch.float64 if dtype == torch.float64 else torch.float32
+    a = torch.randn(m, k, generator=gen, device=dev, dtype=gen_dtype).to(dtype)
+    b = torch.randn(k, n, generator=gen, device=dev, dtype=gen_dtype).to(dtype)
+    out = torch.empty(m, n, device=dev, dtype=dtype)
+    return a, b, None, (lambda: torch.matmul(a, b, out=out)), (lambda: out)
+
+
+def rel_err(c_out, a, b, rows, scale=None):
+    """Frobenius relative error of the first `rows` rows against a float64 reference (fp8: of the
+    dequantized inputs, `scale` being the product of the two tensor-wise scales)."""
     ref = a[:rows].double() @ b.double()
+    if scale is not None:
+        ref = ref * scale
     return ((c_out[:rows].double() - ref).norm() / ref.norm()).item()
 
+
+def int8_check(c_out, a, b, rows):
+    """Exact comparison of the first `rows` rows with an int64 reference: (mismatching elements, max |diff|).
+    On CUDA (no integer matmul there) the reference is computed in float64 and converted: every product is
+    an integer of magnitude <= 2^14 and every partial sum <= k * 2^14 < 2^53, so the float64 GEMM is exact."""
+    if a.device.type == "cpu":
+        ref = a[:rows].long() @ b.long()
+    else:
+        ref = (a[:rows].double() @ b.double()).round().long()
+    diff = (c_out[:rows].long() - ref).abs()
+    return int((diff != 0).sum()), int(diff.max())
+
+
+def direct_matmul(a, b, ctx, warmup, iters, repeats):
+    """Plain `torch.matmul(a, b)` (a new output every call, no out=, no harness timing helper) in a bare loop,
+    timed with CUDA events (CPU: time.perf_counter). Returns (median seconds per GEMM, last output)."""
+    c = None
+    for _ in range(warmup):
+        c = torch.matmul(a, b)
+    if ctx.is_cuda:
+        torch.cuda.synchronize(ctx.device)
+    samples = []
+    for _ in range(repeats):
+        if ctx.is_cuda:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            for _ in range(iters):
+                c = torch.matmul(a, b)
+            end.record()
+            end.synchronize()
+            samples.append(start.elapsed_time(end) / 1e3 / iters)
+        else:
+            t0 = time.perf_counter()
+            for _ in range(iters):
+                c = torch.matmul(a, b)
+            samples.append((time.perf_counter() - t0) / iters)
+    return statistics.median(samples), c
+
+
+# --------------------------------------------------------------------------- main
 
 def main():
     args, cfg = harness.parse_args()
     ctx = harness.setup_distributed(cfg)
     c = read_config(cfg, ctx)
-    m, n, k = c["m"], c["n"], c["k"]
-    flop = 2.0 * m * n * k
     gen = torch.Generator(device=ctx.device).manual_seed(c["seed"] + ctx.rank)
     LOG.event("INIT_END", backend=ctx.backend, device=str(ctx.device), world_size=ctx.world_size)
 
     LOG.event("RUN_START")
     results, tf32_flags = {}, {}
     for name in c["dtypes"]:
-        dtype, tf32, tol = DTYPES[name]
+        _, tf32, tol = DTYPES[name]
+        m, n, k = c["shapes"][name]
+        flop = 2.0 * m * n * k
+        rows = min(c["check_rows"], m)
         torch.backends.cuda.matmul.allow_tf32 = tf32  # explicit for every dtype: True only for tf32
         tf32_flags[name] = bool(torch.backends.cuda.matmul.allow_tf32)
-        gen_dtype = torch.float64 if dtype == torch.float64 else torch.float32
-        a = torch.randn(m, k, generator=gen, device=ctx.device, dtype=gen_dtype).to(dtype)
-        b = torch.randn(k, n, generator=gen, device=ctx.device, dtype=gen_dtype).to(dtype)
-        out = torch.empty(m, n, device=ctx.device, dtype=dtype)
-        t = harness.time_fn(lambda: torch.matmul(a, b, out=out), ctx, warmup=c["warmup"], iters=c["iters"],
+        a, b, scale, fn, result = make_case(name, m, n, k, gen, ctx, c["fp8_fast_accum"])
+        t = harness.time_fn(fn, ctx, warmup=c["warmup"], iters=c["iters_of"][name],
                             repeats=c["repeats"], before_repeat=ctx.barrier)  # ranks measure together
+        out = result()
         if c["inject_error"]:
-            out.mul_(1.5)  # test-only: corrupt the result so that the check must fail
-        err = rel_err(out, a, b, min(c["check_rows"], m))
-        results[name] = {"tflops": flop / t["median"] / 1e12, "tflops_min": flop / t["max"] / 1e12,
-                         "tflops_max": flop / t["min"] / 1e12, "time_ms": t["median"] * 1e3,
-                         "rel_err": err, "tol": tol, "ok": err <= tol}  # NaN fails too
-        LOG.event("STEP", dtype=name, tflops=results[name]["tflops"], time_ms=t["median"] * 1e3, rel_err=err)
-        del a, b, out
+            out.mul_(2 if name == "int8" else 1.5)  # test-only: corrupt the result so that the check must fail
+        r = {"tflops": flop / t["median"] / 1e12, "tflops_min": flop / t["max"] / 1e12,
+             "tflops_max": flop / t["min"] / 1e12, "time_ms": t["median"] * 1e3, "tol": tol}
+        if name == "int8":
+            r["mismatches"], r["max_abs_err"] = int8_check(out, a, b, rows)
+            r["ok"] = r["mismatches"] == 0
+        else:
+            r["rel_err"] = rel_err(out, a, b, rows, scale)
+            r["ok"] = r["rel_err"] <= tol  # NaN fails too
+        step = dict(dtype=name, time_ms=r["time_ms"], **{unit_of(name)[0]: r["tflops"]})
+        step.update({key: r[key] for key in ("rel_err", "mismatches") if key in r})
+        if c["direct"] and name in DIRECT_DTYPES:
+            ctx.barrier()  # ranks start together; outside the timed loop
+            sec, c_direct = direct_matmul(a, b, ctx, c["warmup"], c["iters_of"][name], c["repeats"])
+            r["direct_tflops"] = flop / sec / 1e12
+            r["direct_rel_err"] = rel_err(c_direct, a, b, rows)
+            r["ok"] = r["ok"] and r["direct_rel_err"] <= tol
+            step.update(direct_tflops=r["direct_tflops"], direct_rel_err=r["direct_rel_err"])
+            del c_direct
+        results[name] = r
+        LOG.event("STEP", **step)
+        del a, b, scale, out, fn, result
     torch.backends.cuda.matmul.allow_tf32 = False
     LOG.event("RUN_END")
 
@@ -90,29 +297,54 @@ def main():
     # all ranks agree on the verdict (and so all exit the same way) and on the aggregate throughput
     any_failed = ctx.all_reduce([float(bool(failed_here))], "max")[0] > 0
     totals = ctx.all_reduce([results[d]["tflops"] for d in names], "sum")
-    details = {f"{d}_rel_err": results[d]["rel_err"] for d in names}
-    details.update({f"{d}_tol": results[d]["tol"] for d in names})
+    details = {}
+    for d in names:
+        r = results[d]
+        if d == "int8":
+            details.update(int8_mismatches=r["mismatches"], int8_max_abs_err=r["max_abs_err"],
+                           int8_check="exact vs int64 reference")
+        else:
+            details[f"{d}_rel_err"] = r["rel_err"]
+            details[f"{d}_tol"] = r["tol"]
+        if "direct_rel_err" in r:
+            details[f"direct_{d}_rel_err"] = r["direct_rel_err"]
+    m, n, k = c["m"], c["n"], c["k"]
     details.update(shape=[m, n, k], check_rows=min(c["check_rows"], m), skipped=c["skipped"],
                    matmul_allow_tf32=tf32_flags)
+    if any(c["shapes"][d] != (m, n, k) for d in names):
+        details["shapes"] = {d: list(c["shapes"][d]) for d in names}
+    if any(c["iters_of"][d] != c["iters"] for d in names):
+        details["iters"] = {d: c["iters_of"][d] for d in names}
+    if "fp8" in names:
+        details["fp8_use_fast_accum"] = c["fp8_fast_accum"]
     if c["inject_error"]:
         details["inject_error"] = True
     if any_failed:
         details.update(failed_dtypes=failed_here, failed_on_some_rank=True)
         LOG.check_failed(details)
 
-    head = names[0]
-    metrics = {}
-    for i, d in enumerate(names):
-        if d != head:
-            metrics[f"tflops_{d}"] = {"value": results[d]["tflops"], "unit": "TFLOP/s"}
-        metrics[f"tflops_{d}_min"] = {"value": results[d]["tflops_min"], "unit": "TFLOP/s"}
-        metrics[f"tflops_{d}_max"] = {"value": results[d]["tflops_max"], "unit": "TFLOP/s"}
-        metrics[f"time_ms_{d}"] = {"value": results[d]["time_ms"], "unit": "ms"}
-        if ctx.world_size > 1:
-            metrics[f"tflops_{d}_total"] = {"value": totals[i], "unit": "TFLOP/s"}
     env = harness.env_info(ctx, matmul_allow_tf32=tf32_flags)
+    head = names[0]
+    metrics, peaks = {}, {}
+    for i, d in enumerate(names):
+        r, (prefix, unit) = results[d], unit_of(d)
+        if d != head:
+            metrics[f"{prefix}_{d}"] = {"value": r["tflops"], "unit": unit}
+        metrics[f"{prefix}_{d}_min"] = {"value": r["tflops_min"], "unit": unit}
+        metrics[f"{prefix}_{d}_max"] = {"value": r["tflops_max"], "unit": unit}
+        metrics[f"time_ms_{d}"] = {"value": r["time_ms"], "unit": "ms"}
+        if ctx.world_size > 1:
+            metrics[f"{prefix}_{d}_total"] = {"value": totals[i], "unit": unit}
+        if "direct_tflops" in r:
+            metrics[f"direct_tflops_{d}"] = {"value": r["direct_tflops"], "unit": "TFLOP/s"}
+        peak, entry = harness.peak_for(cfg, peak_key(d), env["device_name"])
+        if peak:
+            metrics[f"pct_of_peak_{d}"] = {"value": 100.0 * r["tflops"] / peak, "unit": "%"}
+            peaks[d] = {"entry": entry, "key": peak_key(d), "value": peak}
+    details["peaks"] = peaks
     ctx.destroy()
-    LOG.finished(metric=f"tflops_{head}", value=results[head]["tflops"], unit="TFLOP/s", higher_is_better=True,
+    prefix, unit = unit_of(head)
+    LOG.finished(metric=f"{prefix}_{head}", value=results[head]["tflops"], unit=unit, higher_is_better=True,
                  metrics=metrics, checks={"passed": True, "details": details}, env=env)
 
 

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.realparts import unavailable
+
 REPO = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
 
@@ -120,15 +122,12 @@ def ssh_bed_factory(tmp_path):
     from tests import sshbed
 
     beds = []
-    in_ci = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
     def make(n=2, **kw):
         try:
             sshbed.ensure_openssh()
         except sshbed.SSHBedError as exc:
-            if in_ci:
-                pytest.fail(f"SSH test bed: {exc}", pytrace=False)
-            pytest.skip(f"SSH test bed unavailable: {exc}")
+            unavailable(f"SSH test bed unavailable: {exc}")
         root = tmp_path / f"sshbed{len(beds)}"
         if any(c.isspace() for c in str(root)):
             import tempfile
@@ -169,13 +168,10 @@ def docker_env():
     Under CI=true nothing skips: no Docker is a test failure with the reason; otherwise the test skips."""
     from tests import dockerenv
 
-    in_ci = os.environ.get("CI", "").lower() in ("1", "true", "yes")
     try:
         env = dockerenv.get_env(log_path="/tmp/flagperf-dockerd.log")
     except dockerenv.DockerEnvError as exc:
-        if in_ci:
-            pytest.fail(f"Docker test environment: {exc}", pytrace=False)
-        pytest.skip(f"Docker test environment unavailable: {exc}")
+        unavailable(f"Docker test environment unavailable: {exc}")
     yield env
 
 

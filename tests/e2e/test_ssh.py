@@ -73,15 +73,12 @@ def test_check_names_each_broken_host(tmp_path, ssh_bed_factory):
     bed.rotate_host_key(2)
     conf = write_conf(tmp_path, {"gemm:pytorch:ssh:5:1:1": "null"}, CLUSTER="cluster.yaml")
     run_cli(["deploy", "--config", conf])                    # so that host 0 is complete
-    t0 = time.monotonic()
     code, out, err = run_cli(["check", "--config", conf])
-    elapsed = time.monotonic() - t0
     assert code == 3, out + err
     outcome = {m.group(1): m.group(2) for m in re.finditer(r"│ (127\.0\.0\.\d+) +│ (\w+) ", out)}
     assert outcome == {bed.addresses[0]: "ok", bed.addresses[1]: "connection_refused",
                        bed.addresses[2]: "changed_host_key", bed.addresses[3]: "auth_failed",
                        bed.addresses[4]: "unknown_host_key"}, out
-    assert elapsed < 30, elapsed
     assert "Traceback" not in out + err
 
     # run refuses before touching any host.
