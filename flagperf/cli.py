@@ -38,10 +38,15 @@ def _load(config_path, cluster_path):
     try:
         return load_config(config_path, cluster_path)
     except ConfigError as exc:
-        err = _console(stderr=True)
-        for problem in exc.problems:
-            err.print(f"flagperf: config error: {problem}", markup=False)
-        sys.exit(EXIT_CONFIG)
+        _exit_config(exc)
+
+
+def _exit_config(exc: ConfigError, prefix="config error: "):
+    """Every problem on its own line on stderr, then exit 2 (no traceback)."""
+    err = _console(stderr=True)
+    for problem in exc.problems:
+        err.print(f"flagperf: {prefix}{problem}", markup=False)
+    sys.exit(EXIT_CONFIG)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -66,9 +71,7 @@ def run(config_path, cluster_path, accept_new_host_keys, dry_run):
     try:
         plan = build_plan(cfg)
     except ConfigError as exc:
-        for problem in exc.problems:
-            _console(stderr=True).print(f"flagperf: config error: {problem}", markup=False)
-        sys.exit(EXIT_CONFIG)
+        _exit_config(exc)
     console = _console()
     if dry_run:
         from flagperf.render import plan_lines
@@ -167,9 +170,7 @@ def collect(run_dir, config_path, accept_new_host_keys):
             run_dir = latest_run(_load(config_path, None).test.log_path)
         results = collect_run(run_dir, accept_new_host_keys=accept_new_host_keys)
     except ConfigError as exc:
-        for problem in exc.problems:
-            _console(stderr=True).print(f"flagperf: {problem}", markup=False)
-        sys.exit(EXIT_CONFIG)
+        _exit_config(exc, prefix="")
     table = Table(title=f"collect {run_dir}")
     for col in ("host", "nodes", "files", "bytes", "result"):
         table.add_column(col)

@@ -1,0 +1,430 @@
+"""Collective bandwidth over a sweep of message sizes (all_reduce, all_gather, reduce_scatter, broadcast), with
+algbw/busbw as nccl-tests defines them and an exact check of every result; see README.md and docs/benchmarks.md."""
+import math
+import os
+import re
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from common import harness  # noqa: E402
+
+LOG = harness.PerfLog(benchmark="collectives")
+LOG.event("INIT_START")  # before `import torch`, so that e2e_time includes it
+
+# torch is imported in main() once the case config is read: config errors (exit 2) and SKIPPED stay cheap.
+torch = dist = None
+
+OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
+REDUCING = ("all_reduce", "reduce_scatter")
+# name -> (torch dtype attribute, significand bits incl. the implicit one)
+DTYPES = {"fp32": ("float32", 24), "bf16": ("bfloat16", 8)}
+PERIOD = 61            # check pattern p(i) = 1 + i % 61 (a prime, so chunk borders never line up with it)
+CHUNK = 1 << 24        # elements per step when writing / verifying the check pattern (bounds temporaries)
+ROOT = 0               # broadcast root
+SKIP_REASON = "collectives need at least 2 ranks"
+
+
+# --------------------------------------------------------------------------- sizes (same helpers as p2p/main.py)
+
+_SIZE_RE = re.compile(r"^\s*(\d+)\s*([KMGT]?)(?:I?B)?\s*$", re.IGNORECASE)
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+MAX_SIZES = 64
+
+
+def parse_size(v, key):
+    """Bytes from an int or a string like "64K", "1M", "4G", "512", "1MiB" (binary units, as nccl-tests)."""
+    if isinstance(v, bool) or not isinstance(v, (int, str)):
+        harness.config_error(f"{key}: a size must be an integer or a string like '64M', got {v!r}")
+    if isinstance(v, int):
+        n = v
+    else:
+        m = _SIZE_RE.match(v)
+        if not m:
+            harness.config_error(f"{key}: cannot read size {v!r} (examples: 65536, '64K', '1M', '4G')")
+        n = int(m.group(1)) * _UNITS[m.group(2).upper()]
+    if n < 1:
+        harness.config_error(f"{key}: sizes must be >= 1 byte, got {v!r}")
+    return n
+
+
+def size_label(n):
+    """The metric-name form of a byte count: 65536 -> '64K', 1 << 30 -> '1G', 1000 -> '1000B'."""
+    for suffix in ("T", "G", "M", "K"):
+        if n % _UNITS[suffix] == 0:
+            return f"{n // _UNITS[suffix]}{suffix}"
+    return f"{n}B"
+
+
+def read_sizes(cfg, name):
+    """`sizes` (a list) or, when it is null/absent, min_size .. max_size by step_factor; sorted, deduplicated."""
+    sizes = cfg.get("sizes")
+    if sizes is not None:
+        if isinstance(sizes, (str, int)) and not isinstance(sizes, bool):
+            sizes = [sizes]
+        if not isinstance(sizes, list) or not sizes:
+            harness.config_error(f"{name}: sizes must be a non-empty list like ['1M', '64M'] (or null), got {sizes!r}")
+        out = [parse_size(s, f"{name}: sizes") for s in sizes]
+    else:
+        if cfg.get("min_size") is None or cfg.get("max_size") is None:
+            harness.config_error(f"{name}: give sizes (a list) or min_size and max_size")
+        lo, hi = parse_size(cfg["min_size"], f"{name}: min_size"), parse_size(cfg["max_size"], f"{name}: max_size")
+        f = cfg.get("step_factor", 2)
+        if isinstance(f, bool) or not isinstance(f, int) or f < 2:
+            harness.config_error(f"{name}: step_factor must be an integer >= 2, got {f!r}")
+        if lo > hi:
+            harness.config_error(f"{name}: min_size {cfg['min_size']!r} > max_size {cfg['max_size']!r}")
+        out, s = [], lo
+        while s <= hi and len(out) <= MAX_SIZES:
+            out.append(s)
+            s *= f
+    out = sorted(set(out))
+    if len(out) > MAX_SIZES:
+        harness.config_error(f"{name}: at most {MAX_SIZES} sizes, got {len(out)}")
+    return out
+
+
+def int_key(cfg, name, key, default, minimum):
+    v = cfg.get(key, default)
+    if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
+        harness.config_error(f"{name}: {key} must be an integer >= {minimum}, got {v!r}")
+    return v
+
+
+def env_int(name, default):
+    try:
+        return int(os.environ.get(name, default))
+    except ValueError:
+        harness.config_error(f"environment variable {name}={os.environ.get(name)!r} is not an integer")
+
+
+# --------------------------------------------------------------------------- configuration
+
+def read_config(cfg):
+    """Pure Python (no torch): the validated case configuration."""
+    c = {"sizes": read_sizes(cfg, "collectives")}
+    ops = cfg.get("ops", list(OPS))
+    ops = [ops] if isinstance(ops, str) else ops
+    if not isinstance(ops, list) or not ops or any(o not in OPS for o in ops):
+        harness.config_error(f"collectives: ops must be a non-empty list of {list(OPS)}, got {ops!r}")
+    c["ops"] = list(dict.fromkeys(ops))
+    c["dtype"] = cfg.get("dtype", "fp32")
+    if c["dtype"] not in DTYPES:
+        harness.config_error(f"collectives: dtype must be one of {sorted(DTYPES)}, got {c['dtype']!r}")
+    c["warmup"] = int_key(cfg, "collectives", "warmup", 5, 0)
+    c["iters"] = int_key(cfg, "collectives", "iters", 20, 1)
+    c["repeats"] = int_key(cfg, "collectives", "repeats", 5, 1)
+    c["seed"] = int_key(cfg, "collectives", "seed", 1234, 0)
+    c["inject_error"] = bool(cfg.get("inject_error", False))
+    return c
+
+
+def bus_factor(op, n):
+    """nccl-tests' busbw / algbw."""
+    if op == "all_reduce":
+        return 2.0 * (n - 1) / n
+    if op in ("all_gather", "reduce_scatter"):
+        return (n - 1) / n
+    return 1.0
+
+
+# --------------------------------------------------------------------------- which torch API runs each op
+
+def _candidates(op, n):
+    """(api name, fn(out, inp)) in order of preference; the list variants are the fallbacks for old torch/gloo."""
+    if op == "all_gather":
+        return [("all_gather_single", lambda out, inp: dist.all_gather_single(out, inp)),  # torch >= 2.13
+                ("all_gather_into_tensor", lambda out, inp: dist.all_gather_into_tensor(out, inp)),
+                ("all_gather", lambda out, inp: dist.all_gather(list(out.chunk(n)), inp))]
+    if op == "reduce_scatter":
+        return [("reduce_scatter_single", lambda out, inp: dist.reduce_scatter_single(out, inp)),
+                ("reduce_scatter_tensor", lambda out, inp: dist.reduce_scatter_tensor(out, inp)),
+                ("reduce_scatter", lambda out, inp: dist.reduce_scatter(out, list(inp.chunk(n))))]
+    if op == "all_reduce":
+        return [("all_reduce", lambda out, inp: dist.all_reduce(out))]
+    return [("broadcast", lambda out, inp: dist.broadcast(out, ROOT))]
+
+
+def resolve_apis(ops, ctx, dt):
+    """Probe every op once on a few elements; returns ({op: (api, fn)}, {op: reason} for unsupported ops).
+    An unsupported op raises on every rank alike (same torch, same backend), before any data moves;
+    the verdict is all-reduced anyway so that the ranks run the same list."""
+    n, apis, skipped = ctx.world_size, {}, {}
+    for op in ops:
+        errors = []
+        for api, fn in _candidates(op, n):
+            if not hasattr(dist, api):
+                continue
+            inp = torch.ones(4 * n if op == "reduce_scatter" else 4, dtype=dt, device=ctx.device)
+            out = torch.empty(4 * n if op == "all_gather" else 4, dtype=dt, device=ctx.device)
+            if op in ("all_reduce", "broadcast"):
+                out = inp
+            try:
+                fn(out, inp)
+                ok = True
+            except (RuntimeError, NotImplementedError, ValueError, TypeError) as e:
+                ok = False
+                errors.append(f"{api}: {str(e).splitlines()[0] if str(e) else type(e).__name__}")
+            ctx.sync()
+            if ctx.all_reduce([1.0 if ok else 0.0], "min")[0] > 0:
+                apis[op] = (api, fn)
+                break
+        if op not in apis:
+            skipped[op] = f"not supported by the {ctx.backend} backend: " + ("; ".join(errors) or "no torch API")
+            print(f"collectives: skipping {op}: {skipped[op]}", flush=True)
+    return apis, skipped
+
+
+# --------------------------------------------------------------------------- data
+
+def _p(start, end, device):
+    """The check pattern p(i) = 1 + i % PERIOD for i in [start, end), float64."""
+    idx = torch.arange(start, end, dtype=torch.int64, device=device)
+    return (idx % PERIOD + 1).to(torch.float64)
+
+
+def fill_pattern(t, coef, dt, start=0):
+    """t[i] = dt(coef * p(start + i)), chunk by chunk."""
+    for a in range(0, t.numel(), CHUNK):
+        b = min(a + CHUNK, t.numel())
+        t[a:b].copy_((_p(start + a, start + b, t.device) * coef).to(dt))
+
+
+class Expect:
+    """Expected results of the check, in float64, chunk by chunk (same rounding of the inputs as fill_pattern)."""
+
+    def __init__(self, n, dt, sig_bits):
+        self.n, self.dt = n, dt
+        # rank s holds dt((s + 1) * p); all of them exact in dt when n * PERIOD <= 2**sig_bits
+        self.exact_inputs = n * PERIOD <= 2 ** sig_bits
+
+    def reduced(self, start, end, device):
+        """sum over ranks s of dt((s + 1) * p(i)) for i in [start, end)."""
+        p = _p(start, end, device)
+        if self.exact_inputs:
+            return p * (self.n * (self.n + 1) / 2)
+        total = torch.zeros_like(p)
+        for s in range(self.n):
+            total += (p * (s + 1)).to(self.dt).to(torch.float64)
+        return total
+
+    def gathered(self, start, end, count, device):
+        """all_gather output position j comes from rank j // count, index j % count."""
+        j = torch.arange(start, end, dtype=torch.int64, device=device)
+        p = (j % count % PERIOD + 1).to(torch.float64)
+        return (p * (j // count + 1).to(torch.float64)).to(self.dt).to(torch.float64)
+
+    def plain(self, start, end, coef, device):
+        return (_p(start, end, device) * coef).to(self.dt).to(torch.float64)
+
+
+def max_rel_err(actual, expected_fn):
+    """max_i |actual_i - e_i| / |e_i| (e_i >= 1 by construction); NaN propagates, so NaN fails the check."""
+    worst = torch.zeros((), dtype=torch.float64, device=actual.device)
+    for a in range(0, actual.numel(), CHUNK):
+        b = min(a + CHUNK, actual.numel())
+        e = expected_fn(a, b)
+        worst = torch.maximum(worst, ((actual[a:b].to(torch.float64) - e).abs() / e.abs()).max())
+    return worst.item()
+
+
+def reduce_tol(n, sig_bits):
+    """0 when every partial sum of the check is an integer that the dtype holds exactly (then any reduction
+    order is exact), else (n - 1) roundings of at most 2**-(sig_bits - 1) relative each (a 2x margin)."""
+    if PERIOD * n * (n + 1) / 2 <= 2 ** sig_bits:
+        return 0.0
+    return (n - 1) * 2.0 ** -(sig_bits - 1)
+
+
+# --------------------------------------------------------------------------- one op at one size
+
+def buffers(op, nbytes, elt, ctx, dt):
+    """(count per rank, effective bytes S as nccl-tests counts them, input, output) or None if too small.
+    all_reduce / broadcast: S = the buffer; all_gather: S = the total output; reduce_scatter: S = the total input."""
+    n = ctx.world_size
+    if op in ("all_reduce", "broadcast"):
+        count = nbytes // elt
+        if count < 1:
+            return None
+        buf = torch.empty(count, dtype=dt, device=ctx.device)
+        return count, count * elt, buf, buf
+    count = nbytes // (elt * n)
+    if count < 1:
+        return None
+    big = torch.empty(count * n, dtype=dt, device=ctx.device)
+    small = torch.empty(count, dtype=dt, device=ctx.device)
+    if op == "all_gather":
+        return count, count * n * elt, small, big
+    return count, count * n * elt, big, small
+
+
+def run_one(op, fn, nbytes, c, ctx, dt, sig_bits, gen, expect):
+    """Time op at nbytes (slowest rank's median), then check it once on the known pattern.
+    Returns None when nbytes is too small for the op, else a result dict."""
+    n, rank = ctx.world_size, ctx.rank
+    elt = torch.empty((), dtype=dt).element_size()
+    made = buffers(op, nbytes, elt, ctx, dt)
+    if made is None:
+        return None
+    count, s_bytes, inp, out = made
+
+    # timing data: never zeros, different on every rank (generator seeded with seed + rank)
+    if op == "all_reduce":
+        # in place, so the values grow by n per call: start at m0 in [1e-30, 1] so that 2 * m0 * n**k stays
+        # below ~1e30 (finite, normal in fp32 and bf16) for k = max(warmup, iters) calls between refills
+        k = max(c["warmup"], c["iters"])
+        m0 = 10.0 ** max(-30.0, min(0.0, 30.0 - k * math.log10(n)))
+
+        def refill():
+            inp.uniform_(m0, 2 * m0, generator=gen)  # positive: no cancellation towards zero
+
+        def before_repeat():
+            refill()
+            ctx.barrier()
+        refill()
+    else:
+        inp.uniform_(-1.0, 1.0, generator=gen)
+        if out is not inp:
+            out.uniform_(-1.0, 1.0, generator=gen)
+        before_repeat = ctx.barrier
+    t = harness.time_fn(lambda: fn(out, inp), ctx, warmup=c["warmup"], iters=c["iters"], repeats=c["repeats"],
+                        before_repeat=before_repeat)
+    t_max = ctx.all_reduce([t["median"]], "max")[0]  # the slowest rank's median time
+
+    # check: rank r holds (r + 1) * p; outputs start at -1 so that nothing stale can pass
+    if op == "broadcast":
+        if rank == ROOT:
+            fill_pattern(inp, ROOT + 1, dt)
+        else:
+            inp.fill_(-1)
+    else:
+        fill_pattern(inp, rank + 1, dt)
+        if out is not inp:
+            out.fill_(-1)
+    ctx.barrier()
+    fn(out, inp)
+    ctx.sync()
+    if c["inject_error"] and rank == n - 1:
+        out[:1].neg_()  # test-only: corrupt this rank's result so that the check must fail
+    dev = ctx.device
+    if op == "all_reduce":
+        err = max_rel_err(out, lambda a, b: expect.reduced(a, b, dev))
+    elif op == "reduce_scatter":
+        err = max_rel_err(out, lambda a, b: expect.reduced(rank * count + a, rank * count + b, dev))
+    elif op == "all_gather":
+        err = max_rel_err(out, lambda a, b: expect.gathered(a, b, count, dev))
+    else:
+        err = max_rel_err(out, lambda a, b: expect.plain(a, b, ROOT + 1, dev))
+    tol = reduce_tol(n, sig_bits) if op in REDUCING else 0.0
+
+    algbw = s_bytes / t_max / 1e9
+    del inp, out
+    return {"bytes": s_bytes, "count": count, "time_s": t_max, "time_s_local": t["median"],
+            "algbw": algbw, "busbw": algbw * bus_factor(op, n), "err": err, "tol": tol, "ok": err <= tol}
+
+
+# --------------------------------------------------------------------------- main
+
+def main():
+    global torch, dist
+    args, cfg = harness.parse_args()
+    c = read_config(cfg)
+    world_size = env_int("WORLD_SIZE", 1)
+    if world_size < 2:
+        # world_size 1 would give busbw 0 for all_reduce and measure only local copies: not a collective
+        LOG.skipped(f"{SKIP_REASON} (WORLD_SIZE={world_size})")
+
+    import torch as _torch
+    import torch.distributed as _dist
+    torch, dist = _torch, _dist
+
+    ctx = harness.setup_distributed(cfg)
+    n, rank = ctx.world_size, ctx.rank
+    nnodes = env_int("NNODES", 1)
+    dt_name = c["dtype"]
+    dt, sig_bits = getattr(torch, DTYPES[dt_name][0]), DTYPES[dt_name][1]
+    gen = torch.Generator(device=ctx.device).manual_seed(c["seed"] + rank)
+    apis, skipped = resolve_apis(c["ops"], ctx, dt)
+    ops = [o for o in c["ops"] if o in apis]
+    if not ops:
+        harness.config_error(f"collectives: no op left to run on the {ctx.backend} backend (skipped: {skipped})")
+    expect = Expect(n, dt, sig_bits)
+    LOG.event("INIT_END", backend=ctx.backend, device=str(ctx.device), world_size=n)
+
+    labels = {s: size_label(s) for s in c["sizes"]}
+    if rank == 0:
+        print(f"collectives: {n} ranks on {nnodes} node(s), backend {ctx.backend}, device {ctx.device.type}, "
+              f"dtype {dt_name}, sizes {[labels[s] for s in c['sizes']]}", flush=True)
+        print(f"{'op':>15} {'size':>6} {'bytes':>12} {'time_us':>11} {'algbw_GB/s':>11} {'busbw_GB/s':>11} "
+              f"{'max_err':>9}", flush=True)
+    LOG.event("RUN_START")
+    results = {op: {} for op in ops}
+    for op in ops:
+        fn = apis[op][1]
+        for s in c["sizes"]:
+            r = run_one(op, fn, s, c, ctx, dt, sig_bits, gen, expect)
+            if r is None:
+                skipped[f"{op}_{labels[s]}"] = (f"{s} bytes is less than one {dt_name} element per rank "
+                                                f"({n} ranks)")
+                continue
+            results[op][s] = r
+            LOG.event("STEP", op=op, size=labels[s], bytes=r["bytes"], time_us=r["time_s"] * 1e6,
+                      algbw=r["algbw"], busbw=r["busbw"], max_rel_err=r["err"])
+            if rank == 0:
+                print(f"{op:>15} {labels[s]:>6} {r['bytes']:>12} {r['time_s'] * 1e6:>11.2f} {r['algbw']:>11.3f} "
+                      f"{r['busbw']:>11.3f} {r['err']:>9.2g}", flush=True)
+            if ctx.is_cuda:
+                torch.cuda.empty_cache()
+    LOG.event("RUN_END")
+
+    # the verdict: every rank checked its own results; all ranks agree (MIN of the pass flags)
+    failures = [{"op": op, "size": labels[s], "max_rel_err": r["err"], "tol": r["tol"]}
+                for op in ops for s, r in results[op].items() if not r["ok"]]
+    passed = ctx.all_reduce([0.0 if failures else 1.0], "min")[0] > 0
+    per_rank = [0.0] * n
+    per_rank[rank] = float(len(failures))
+    per_rank = ctx.all_reduce(per_rank, "sum")
+
+    ran = [op for op in ops if results[op]]
+    details = {
+        "world_size": n, "nnodes": nnodes, "backend": ctx.backend, "dtype": dt_name, "ops": ran,
+        "sizes": [labels[s] for s in c["sizes"]],
+        "bytes": {op: {labels[s]: r["bytes"] for s, r in results[op].items()} for op in ran},
+        "apis": {op: apis[op][0] for op in ops},
+        "bus_factor": {op: bus_factor(op, n) for op in ran},
+        "skipped": skipped,
+        "timing": "slowest rank's median of `repeats` samples of `iters` back-to-back calls",
+        "check": f"rank r holds (r + 1) * (1 + i % {PERIOD}); every rank verifies its result after each op and size",
+    }
+    for op in ran:
+        details[f"max_rel_err_{op}"] = max(r["err"] for r in results[op].values())
+        details[f"tol_{op}"] = max(r["tol"] for r in results[op].values())
+    if c["inject_error"]:
+        details["inject_error"] = True
+    if not passed:
+        details.update(failures=failures, failures_per_rank=[int(x) for x in per_rank],
+                       failed_ranks=[i for i, x in enumerate(per_rank) if x > 0])
+        LOG.check_failed(details)
+    if not ran:
+        harness.config_error(f"collectives: every size is too small for {n} ranks (skipped: {skipped})")
+
+    head_op = "all_reduce" if "all_reduce" in ran else ran[0]
+    metrics = {}
+    for op in ran:
+        for s, r in results[op].items():
+            metrics[f"busbw_{op}_{labels[s]}"] = {"value": r["busbw"], "unit": "GB/s"}
+            metrics[f"algbw_{op}_{labels[s]}"] = {"value": r["algbw"], "unit": "GB/s"}
+            metrics[f"time_us_{op}_{labels[s]}"] = {"value": r["time_s"] * 1e6, "unit": "us"}
+        if op != head_op:
+            metrics[f"busbw_{op}"] = {"value": results[op][max(results[op])]["busbw"], "unit": "GB/s"}
+    head = results[head_op][max(results[head_op])]
+    details["headline"] = f"busbw_{head_op} at {labels[max(results[head_op])]}"
+    env = harness.env_info(ctx, nnodes=nnodes, node_rank=os.environ.get("NODE_RANK"),
+                           local_world_size=os.environ.get("LOCAL_WORLD_SIZE"), dtype=dt_name,
+                           sizes=[labels[s] for s in c["sizes"]])
+    ctx.destroy()
+    LOG.finished(metric=f"busbw_{head_op}", value=head["busbw"], unit="GB/s", higher_is_better=True,
+                 metrics=metrics, checks={"passed": True, "details": details}, env=env)
+
+
+if __name__ == "__main__":
+    main()

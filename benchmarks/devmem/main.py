@@ -1,0 +1,294 @@
+"""Device memory copy bandwidth and capacity, one device per rank; see README.md and docs/benchmarks.md."""
+import os
+import statistics
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from common import harness  # noqa: E402
+
+LOG = harness.PerfLog(benchmark="devmem")
+LOG.event("INIT_START")  # before `import torch`, so that e2e_time includes it
+
+import torch  # noqa: E402
+
+MIB = 1 << 20
+GIB = 1 << 30
+ELEM = 4  # int32 elements
+
+
+def read_config(cfg):
+    def int_val(key, v, minimum=1):
+        if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
+            harness.config_error(f"devmem: {key} must be an integer >= {minimum}, got {v!r}")
+        return v
+
+    c = {key: int_val(key, cfg.get(key, d)) for key, d in (("iters", 10), ("repeats", 5))}
+    c["warmup"] = int_val("warmup", cfg.get("warmup", 3), minimum=0)
+    c["seed"] = int_val("seed", cfg.get("seed", 1234), minimum=0)
+    sizes = cfg.get("sizes_mib", [64])
+    sizes = [sizes] if isinstance(sizes, int) and not isinstance(sizes, bool) else sizes
+    if not isinstance(sizes, list) or not sizes:
+        harness.config_error(f"devmem: sizes_mib must be a non-empty list of sizes in MiB, got {sizes!r}")
+    c["sizes_mib"] = sorted({int_val("sizes_mib[]", s) for s in sizes})
+    c["capacity_search"] = bool(cfg.get("capacity_search", True))
+    c["direct"] = bool(cfg.get("direct", True))
+    c["inject_error"] = bool(cfg.get("inject_error", False))
+    return c
+
+
+# --------------------------------------------------------------------------- bandwidth
+
+def random_nonzero(n, gen, device):
+    """n random int32 values in [1, 2^31 - 1): never zero, so that an unwritten (zeroed) destination shows."""
+    return torch.randint(1, 2 ** 31 - 1, (n,), generator=gen, device=device, dtype=torch.int32)
+
+
+def mismatches(a, b):
+    return 0 if torch.equal(a, b) else int((a != b).sum())
+
+
+def measure_size(size_mib, gen, ctx, c, corrupt):
+    """Time dst.copy_(src) of size_mib MiB with harness.time_fn; verify dst == src afterwards.
+    dst starts zeroed and src has no zero, so a copy that did not write shows as mismatches."""
+    n = size_mib * MIB // ELEM
+    src = random_nonzero(n, gen, ctx.device)
+    dst = torch.zeros_like(src)
+    t = harness.time_fn(lambda: dst.copy_(src), ctx, warmup=c["warmup"], iters=c["iters"], repeats=c["repeats"],
+                        before_repeat=ctx.barrier)  # ranks measure together
+    if corrupt:
+        dst[n // 2] = 0  # test-only: one wrong element
+    moved = 2.0 * n * ELEM  # bytes read + bytes written per copy
+    res = {"gbs": moved / t["median"] / 1e9, "gbs_min": moved / t["max"] / 1e9, "gbs_max": moved / t["min"] / 1e9,
+           "time_ms": t["median"] * 1e3, "src_zeros": int((src == 0).sum()), "mismatches": mismatches(dst, src)}
+    del dst
+    return res, src
+
+
+def direct_copy(src, ctx, warmup, iters, repeats):
+    """Plain torch loops, no harness timing helper: `dst.copy_(src)` and `src.clone()`, each timed with CUDA
+    events (CPU: time.perf_counter), median of `repeats` samples of `iters` calls. Both results are verified.
+    Returns {"copy_": (seconds, mismatches), "clone": (seconds, mismatches)}."""
+    def timed(op):
+        for _ in range(warmup):
+            op()
+        if ctx.is_cuda:
+            torch.cuda.synchronize(ctx.device)
+        samples = []
+        for _ in range(repeats):
+            if ctx.is_cuda:
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                for _ in range(iters):
+                    op()
+                end.record()
+                end.synchronize()
+                samples.append(start.elapsed_time(end) / 1e3 / iters)
+            else:
+                t0 = time.perf_counter()
+                for _ in range(iters):
+                    op()
+                samples.append((time.perf_counter() - t0) / iters)
+        return statistics.median(samples)
+
+    out = {}
+    dst = torch.zeros_like(src)
+    sec = timed(lambda: dst.copy_(src))
+    out["copy_"] = (sec, mismatches(dst, src))
+    del dst
+    holder = {}
+
+    def clone():
+        holder.pop("c", None)  # free the previous clone first: at most one extra copy alive
+        holder["c"] = src.clone()
+    sec = timed(clone)
+    out["clone"] = (sec, mismatches(holder["c"], src))
+    holder.clear()
+    return out
+
+
+# --------------------------------------------------------------------------- capacity
+
+def _is_oom(e):
+    return isinstance(e, getattr(torch.cuda, "OutOfMemoryError", ())) or "out of memory" in str(e).lower()
+
+
+def try_alloc(mib, device):
+    """Does one allocation of `mib` MiB succeed? The tensor is freed and the cache emptied either way."""
+    try:
+        t = torch.empty(mib * MIB, dtype=torch.uint8, device=device)
+        del t
+        return True
+    except RuntimeError as e:
+        if not _is_oom(e):
+            raise
+        return False
+    finally:
+        torch.cuda.empty_cache()
+
+
+def capacity_search(ctx):
+    """Largest single allocation (MiB) that succeeds on this GPU: binary search in [0, total MiB], the upper
+    bound from torch.cuda.mem_get_info; every attempt is freed. The result is then allocated once more and
+    written (fill_) to prove it is usable."""
+    dev = ctx.device
+    torch.cuda.empty_cache()
+    free, total = torch.cuda.mem_get_info(dev)
+    lo, hi, attempts = 0, total // MIB, 0
+    start = free // MIB  # usually succeeds or nearly: start the search there
+    if start and try_alloc(start, dev):
+        lo = start
+    elif start:
+        hi = start - 1
+    attempts += 1 if start else 0
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        attempts += 1
+        if try_alloc(mid, dev):
+            lo = mid
+        else:
+            hi = mid - 1
+    verified = False
+    if lo > 0:
+        t = torch.empty(lo * MIB, dtype=torch.uint8, device=dev)
+        t.fill_(0x5A)
+        verified = int(t[0]) == 0x5A and int(t[-1]) == 0x5A
+        del t
+        torch.cuda.empty_cache()
+    return {"max_alloc_mib": lo, "total_mib": total // MIB, "free_mib": free // MIB, "attempts": attempts,
+            "verified": verified}
+
+
+def host_memory():
+    """(total bytes, available bytes or None) of the host, without allocating anything."""
+    total = avail = None
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        avail = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        pass
+    try:
+        import psutil  # optional
+        vm = psutil.virtual_memory()
+        total, avail = vm.total, vm.available
+    except Exception:
+        pass
+    return total, avail
+
+
+# --------------------------------------------------------------------------- main
+
+def main():
+    args, cfg = harness.parse_args()
+    ctx = harness.setup_distributed(cfg)
+    c = read_config(cfg)
+    gen = torch.Generator(device=ctx.device).manual_seed(c["seed"] + ctx.rank)
+    LOG.event("INIT_END", backend=ctx.backend, device=str(ctx.device), world_size=ctx.world_size)
+
+    LOG.event("RUN_START")
+    sizes, largest = c["sizes_mib"], c["sizes_mib"][-1]
+    per_size, src = {}, None
+    for s in sizes:
+        src = None  # free the previous size's source first
+        per_size[s], src = measure_size(s, gen, ctx, c, corrupt=c["inject_error"] and s == largest)
+        r = per_size[s]
+        LOG.event("STEP", size_mib=s, copy_bw_gbs=r["gbs"], time_ms=r["time_ms"], mismatches=r["mismatches"])
+    direct = None
+    if c["direct"]:
+        ctx.barrier()  # ranks start together; outside the timed loops
+        direct = direct_copy(src, ctx, c["warmup"], c["iters"], c["repeats"])
+        moved = 2.0 * src.numel() * ELEM
+        direct = {op: {"gbs": moved / sec / 1e9, "mismatches": bad} for op, (sec, bad) in direct.items()}
+        LOG.event("STEP", size_mib=largest, direct_copy_bw_gbs=direct["copy_"]["gbs"],
+                  direct_clone_bw_gbs=direct["clone"]["gbs"])
+    del src
+    if ctx.is_cuda:
+        torch.cuda.empty_cache()
+    cap = None
+    cap_skip = None
+    if not ctx.is_cuda:
+        cap_skip = ("cpu: host RAM is shared with the OS and the other ranks, and overcommitted allocations "
+                    "succeed without memory behind them; reporting the total only (no allocation search)")
+    elif not c["capacity_search"]:
+        cap_skip = "capacity_search: false"
+    else:
+        ctx.barrier()
+        cap = capacity_search(ctx)
+        LOG.event("STEP", **cap)
+    LOG.event("RUN_END")
+
+    # ---- verdict (all ranks agree)
+    problems = []
+    for s in sizes:
+        r = per_size[s]
+        if r["mismatches"] or r["src_zeros"]:
+            problems.append(f"{s} MiB copy_: {r['mismatches']} wrong elements, {r['src_zeros']} zeros in the source")
+    if direct:
+        problems += [f"direct {op}: {d['mismatches']} wrong elements" for op, d in direct.items() if d["mismatches"]]
+    if cap is not None and not (0 < cap["max_alloc_mib"] <= cap["total_mib"] and cap["verified"]):
+        problems.append(f"capacity search: {cap}")
+    any_failed = ctx.all_reduce([float(bool(problems))], "max")[0] > 0
+
+    head = per_size[largest]["gbs"]
+    details = {"sizes_mib": sizes, "bytes_counted": "read + written (2 x size per copy)", "data": "random int32, never 0",
+               "mismatches": {f"{s}mib": per_size[s]["mismatches"] for s in sizes}}
+    if direct:
+        details["direct_mismatches"] = {op: d["mismatches"] for op, d in direct.items()}
+    if cap is not None:
+        details["capacity"] = cap
+    if cap_skip:
+        details["capacity_search_skipped"] = cap_skip
+    if c["inject_error"]:
+        details["inject_error"] = True
+    if any_failed:
+        details.update(problems=problems, failed_on_some_rank=True)
+        LOG.check_failed(details)
+
+    metrics = {}
+    for s in sizes:
+        r = per_size[s]
+        metrics[f"copy_bw_gbs_{s}mib"] = {"value": r["gbs"], "unit": "GB/s"}
+        metrics[f"copy_bw_gbs_{s}mib_min"] = {"value": r["gbs_min"], "unit": "GB/s"}
+        metrics[f"copy_bw_gbs_{s}mib_max"] = {"value": r["gbs_max"], "unit": "GB/s"}
+    metrics["copy_time_ms"] = {"value": per_size[largest]["time_ms"], "unit": "ms"}
+    reduce_vals = [head]
+    if direct:
+        best = max(direct, key=lambda op: direct[op]["gbs"])
+        metrics["direct_copy_bw_gbs"] = {"value": direct[best]["gbs"], "unit": "GB/s"}
+        metrics["direct_tensor_copy_bw_gbs"] = {"value": direct["copy_"]["gbs"], "unit": "GB/s"}
+        metrics["direct_clone_bw_gbs"] = {"value": direct["clone"]["gbs"], "unit": "GB/s"}
+        details["direct_best"] = best
+    if cap is not None:
+        metrics["max_alloc_gib"] = {"value": cap["max_alloc_mib"] / 1024, "unit": "GiB"}
+        metrics["mem_total_gib"] = {"value": cap["total_mib"] / 1024, "unit": "GiB"}
+        metrics["mem_free_gib"] = {"value": cap["free_mib"] / 1024, "unit": "GiB"}
+        metrics["max_alloc_pct_of_total"] = {"value": 100.0 * cap["max_alloc_mib"] / cap["total_mib"], "unit": "%"}
+        reduce_vals.append(cap["max_alloc_mib"] / 1024)
+    else:
+        total, avail = host_memory()
+        if total:
+            metrics["mem_total_gib"] = {"value": total / GIB, "unit": "GiB"}
+        if avail:
+            metrics["mem_available_gib"] = {"value": avail / GIB, "unit": "GiB"}
+    sums = ctx.all_reduce(reduce_vals, "sum")
+    mins = ctx.all_reduce(reduce_vals, "min")
+    if ctx.world_size > 1:
+        metrics["copy_bw_gbs_total"] = {"value": sums[0], "unit": "GB/s"}
+        metrics["copy_bw_gbs_min_rank"] = {"value": mins[0], "unit": "GB/s"}
+        if cap is not None:
+            metrics["max_alloc_gib_min_rank"] = {"value": mins[1], "unit": "GiB"}
+
+    env = harness.env_info(ctx)
+    peak, entry = harness.peak_for(cfg, "mem_bw_gbs", env["device_name"])
+    if peak:
+        metrics["pct_of_peak_mem_bw"] = {"value": 100.0 * head / peak, "unit": "%"}
+        details["peaks"] = {"mem_bw": {"entry": entry, "key": "mem_bw_gbs", "value": peak}}
+    else:
+        details["peaks"] = {}
+    ctx.destroy()
+    LOG.finished(metric="copy_bw_gbs", value=head, unit="GB/s", higher_is_better=True,
+                 metrics=metrics, checks={"passed": True, "details": details}, env=env)
+
+
+if __name__ == "__main__":
+    main()
