@@ -134,13 +134,14 @@ def capacity_search(ctx):
     dev = ctx.device
     torch.cuda.empty_cache()
     free, total = torch.cuda.mem_get_info(dev)
-    lo, hi, attempts = 0, total // MIB, 0
-    start = free // MIB  # usually succeeds or nearly: start the search there
-    if start and try_alloc(start, dev):
-        lo = start
-    elif start:
-        hi = start - 1
-    attempts += 1 if start else 0
+    lo, hi, attempts = 0, total // MIB, 0  # invariant: lo MiB succeeds (0 trivially), hi + 1 MiB fails
+    guess = min(free // MIB, hi)  # the free memory usually (nearly) succeeds: try it first
+    if guess > 0:
+        attempts += 1
+        if try_alloc(guess, dev):
+            lo = guess
+        else:
+            hi = guess - 1
     while lo < hi:
         mid = (lo + hi + 1) // 2
         attempts += 1
