@@ -317,21 +317,27 @@ def run_one(op, fn, nbytes, c, ctx, dt, sig_bits, gen, expect):
     tol = reduce_tol(n, sig_bits) if op in REDUCING else 0.0
 
     algbw = s_bytes / t_max / 1e9
-    del inp, out
-    return {"bytes": s_bytes, "count": count, "time_s": t_max, "time_s_local": t["median"],
+    return {"bytes": s_bytes, "count": count, "time_s": t_max, "time_s_this_rank": t["median"],
             "algbw": algbw, "busbw": algbw * bus_factor(op, n), "err": err, "tol": tol, "ok": err <= tol}
 
 
 # --------------------------------------------------------------------------- main
 
+def skip(reason):
+    """SKIPPED on this rank, exit 0: what harness.PerfLog.skipped prints, called before torch is imported
+    (there is no process group to leave yet, and importing torch only to find none costs seconds)."""
+    LOG.event("SKIPPED", reason=str(reason), benchmark=LOG.benchmark)
+    sys.exit(0)
+
+
 def main():
     global torch, dist
-    args, cfg = harness.parse_args()
+    _args, cfg = harness.parse_args()
     c = read_config(cfg)
     world_size = env_int("WORLD_SIZE", 1)
     if world_size < 2:
         # world_size 1 would give busbw 0 for all_reduce and measure only local copies: not a collective
-        LOG.skipped(f"{SKIP_REASON} (WORLD_SIZE={world_size})")
+        skip(f"{SKIP_REASON} (WORLD_SIZE={world_size})")
 
     import torch as _torch
     import torch.distributed as _dist
@@ -388,7 +394,9 @@ def main():
     details = {
         "world_size": n, "nnodes": nnodes, "backend": ctx.backend, "dtype": dt_name, "ops": ran,
         "sizes": [labels[s] for s in c["sizes"]],
-        "bytes": {op: {labels[s]: r["bytes"] for s, r in results[op].items()} for op in ran},
+        # S below the nominal size: all_gather / reduce_scatter round down to a whole count per rank
+        "bytes_rounded": {f"{op}_{labels[s]}": r["bytes"] for op in ran for s, r in results[op].items()
+                          if r["bytes"] != s},
         "apis": {op: apis[op][0] for op in ops},
         "bus_factor": {op: bus_factor(op, n) for op in ran},
         "skipped": skipped,
@@ -418,8 +426,8 @@ def main():
             metrics[f"busbw_{op}"] = {"value": results[op][max(results[op])]["busbw"], "unit": "GB/s"}
     head = results[head_op][max(results[head_op])]
     details["headline"] = f"busbw_{head_op} at {labels[max(results[head_op])]}"
-    env = harness.env_info(ctx, nnodes=nnodes, node_rank=os.environ.get("NODE_RANK"),
-                           local_world_size=os.environ.get("LOCAL_WORLD_SIZE"), dtype=dt_name,
+    env = harness.env_info(ctx, nnodes=nnodes, node_rank=env_int("NODE_RANK", 0),
+                           local_world_size=env_int("LOCAL_WORLD_SIZE", n), dtype=dt_name,
                            sizes=[labels[s] for s in c["sizes"]])
     ctx.destroy()
     LOG.finished(metric=f"busbw_{head_op}", value=head["busbw"], unit="GB/s", higher_is_better=True,

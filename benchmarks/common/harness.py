@@ -294,6 +294,8 @@ def setup_distributed(cfg=None):
 
 
 def _destroy_quietly():
+    if "torch" not in sys.modules:
+        return              # torch never imported: no process group to leave (and no 2 s import to pay)
     try:
         import torch.distributed as dist
         if dist.is_available() and dist.is_initialized():

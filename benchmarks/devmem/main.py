@@ -23,8 +23,8 @@ def read_config(cfg):
             harness.config_error(f"devmem: {key} must be an integer >= {minimum}, got {v!r}")
         return v
 
-    c = {key: int_val(key, cfg.get(key, d)) for key, d in (("iters", 10), ("repeats", 5))}
-    c["warmup"] = int_val("warmup", cfg.get("warmup", 3), minimum=0)
+    c = {key: int_val(key, cfg.get(key, d)) for key, d in (("iters", 5), ("repeats", 5))}
+    c["warmup"] = int_val("warmup", cfg.get("warmup", 2), minimum=0)
     c["seed"] = int_val("seed", cfg.get("seed", 1234), minimum=0)
     sizes = cfg.get("sizes_mib", [64])
     sizes = [sizes] if isinstance(sizes, int) and not isinstance(sizes, bool) else sizes

@@ -18,8 +18,8 @@ from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 
 from model import ResNet  # noqa: E402
 
-DEFAULTS = dict(num_classes=10, image_size=32, pattern_size=8, noise_std=1.0, dataset_size=4096, eval_size=1024,
-                width=16, blocks_per_stage=1, batch_size=32, lr=0.003, weight_decay=0.0005, lr_warmup_steps=10,
+DEFAULTS = dict(num_classes=10, image_size=32, pattern_size=4, noise_std=0.5, dataset_size=4096, eval_size=512,
+                width=16, blocks_per_stage=1, norm="batch", batch_size=32, lr=0.003, weight_decay=0.0005, lr_warmup_steps=10,
                 warmup_steps=5, max_steps=400, eval_every=20, target_accuracy=0.9, early_stop=True,
                 channels_last=True, seed=1234, inject_error=False)
 PEAK_KEY = "bf16_tflops"
@@ -33,6 +33,9 @@ def read_config(cfg):
             if not isinstance(v, bool):
                 harness.config_error(f"train_cnn: {key} must be true or false, got {v!r}")
             c[key] = v
+            continue
+        if isinstance(default, str):
+            c[key] = str(v)
             continue
         if isinstance(v, bool) or not isinstance(v, (int, float)):
             harness.config_error(f"train_cnn: {key} must be a {type(default).__name__}, got {v!r}")
@@ -49,6 +52,8 @@ def read_config(cfg):
         harness.config_error(f"train_cnn: image_size must be >= 8 (two stride-2 stages), got {c['image_size']}")
     if not 0.0 < c["target_accuracy"] <= 1.0:
         harness.config_error(f"train_cnn: target_accuracy must be within (0, 1], got {c['target_accuracy']}")
+    if c["norm"] not in ("batch", "group", "none"):
+        harness.config_error(f"train_cnn: norm must be batch, group or none, got {c['norm']!r}")
     if c["noise_std"] < 0 or c["lr"] <= 0 or c["weight_decay"] < 0:
         harness.config_error("train_cnn: noise_std and weight_decay must be >= 0 and lr > 0")
     return c
@@ -66,20 +71,21 @@ def class_patterns(c):
 
 def make_images(patterns, c, n, seed, device):
     """n labelled images: the class tile repeated over image_size x image_size, cyclically shifted by a random
-    (dy, dx), times a random contrast in [0.5, 1.5), plus N(0, noise_std^2) pixel noise. Deterministic in
-    seed; built on the CPU (same values whatever the device), then moved."""
-    g = torch.Generator().manual_seed(seed)
+    (dy, dx), times a random contrast in [0.5, 1.5), plus N(0, noise_std^2) pixel noise. Built on `device`
+    with a generator seeded by `seed` (deterministic for a given device type)."""
+    g = torch.Generator(device=device).manual_seed(seed)
     k, p, s = c["num_classes"], c["pattern_size"], c["image_size"]
-    labels = torch.randint(k, (n,), generator=g)
-    dy = torch.randint(p, (n, 1, 1), generator=g)
-    dx = torch.randint(p, (n, 1, 1), generator=g)
-    rows = (torch.arange(s).view(1, s, 1) + dy) % p
-    cols = (torch.arange(s).view(1, 1, s) + dx) % p
+    patterns = patterns.to(device)
+    labels = torch.randint(k, (n,), generator=g, device=device)
+    dy = torch.randint(p, (n, 1, 1), generator=g, device=device)
+    dx = torch.randint(p, (n, 1, 1), generator=g, device=device)
+    rows = (torch.arange(s, device=device).view(1, s, 1) + dy) % p
+    cols = (torch.arange(s, device=device).view(1, 1, s) + dx) % p
     idx = (rows * p + cols).view(n, 1, s * s).expand(n, 3, s * s)
     x = torch.gather(patterns[labels], 2, idx).view(n, 3, s, s)
-    x = x * (0.5 + torch.rand(n, 1, 1, 1, generator=g))
-    x = x + c["noise_std"] * torch.randn(n, 3, s, s, generator=g)
-    return x.to(device), labels.to(device)
+    x.mul_(0.5 + torch.rand(n, 1, 1, 1, generator=g, device=device))
+    x.add_(torch.randn(n, 3, s, s, generator=g, device=device), alpha=c["noise_std"])
+    return x, labels
 
 
 # --------------------------------------------------------------------------- FLOPs / MFU
@@ -113,11 +119,11 @@ def main():
                              f"{c['batch_size']} images per rank")
     train_x, train_y = make_images(patterns, c, per_rank, c["seed"] + 1000 + rank, dev)
     train_x = train_x.contiguous(memory_format=fmt)
-    eval_x, eval_y = make_images(patterns, c, c["eval_size"], c["seed"] + 1, torch.device("cpu"))
-    eval_x, eval_y = eval_x[rank::world].to(dev).contiguous(memory_format=fmt), eval_y[rank::world].to(dev)
+    eval_x, eval_y = make_images(patterns, c, c["eval_size"], c["seed"] + 1, dev)
+    eval_x, eval_y = eval_x[rank::world].contiguous(memory_format=fmt), eval_y[rank::world]
 
     torch.manual_seed(c["seed"])
-    model = ResNet(c["num_classes"], c["width"], c["blocks_per_stage"]).to(dev).to(memory_format=fmt)
+    model = ResNet(c["num_classes"], c["width"], c["blocks_per_stage"], norm=c["norm"]).to(dev).to(memory_format=fmt)
     n_params = model.num_params()
     fwd_flops = forward_flops_per_sample(model, c, dev, fmt)
     train_flops = 3 * fwd_flops  # forward + backward (~2x forward) per sample
@@ -216,7 +222,7 @@ def main():
 
     env = harness.env_info(ctx, precision=precision, global_batch=bs * world, image_size=c["image_size"])
     metrics = {
-        "final_loss": {"value": window_loss, "unit": "nats/sample"},
+        "final_loss": {"value": window_loss, "unit": "nats"},
         "accuracy": {"value": accuracy, "unit": "fraction"},
         "converged": {"value": int(converged), "unit": "bool"},
         "steps": {"value": step, "unit": "steps"},

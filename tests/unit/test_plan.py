@@ -26,7 +26,8 @@ def source_root(tmp_path, repo_root):
     for vendor in (repo_root / "vendors").iterdir():
         if (vendor / "vendor.yaml").is_file():
             (root / "vendors" / vendor.name).mkdir(parents=True)
-            (root / "vendors" / vendor.name / "vendor.yaml").symlink_to(vendor / "vendor.yaml")
+            for f in vendor.glob("*.yaml"):          # vendor.yaml and the peak table it names
+                (root / "vendors" / vendor.name / f.name).symlink_to(f)
     return root
 
 

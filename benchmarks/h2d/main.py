@@ -1,0 +1,155 @@
+"""Host <-> device copy bandwidth (pinned and pageable host memory), one GPU per rank; see README.md and
+docs/benchmarks.md."""
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from common import harness  # noqa: E402
+
+LOG = harness.PerfLog(benchmark="h2d")
+LOG.event("INIT_START")  # before `import torch`, so that e2e_time includes it
+
+import torch  # noqa: E402
+
+MIB = 1 << 20
+ELEM = 4  # int32 elements
+MODES = ("pinned", "pageable")
+DIRECTIONS = ("h2d", "d2h")
+NO_DEVICE = "no accelerator: host-device copies need a GPU"
+
+
+def read_config(cfg):
+    def int_val(key, v, minimum=1):
+        if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
+            harness.config_error(f"h2d: {key} must be an integer >= {minimum}, got {v!r}")
+        return v
+
+    c = {key: int_val(key, cfg.get(key, d)) for key, d in (("iters", 5), ("repeats", 5))}
+    c["warmup"] = int_val("warmup", cfg.get("warmup", 2), minimum=0)
+    c["seed"] = int_val("seed", cfg.get("seed", 1234), minimum=0)
+    sizes = cfg.get("sizes_mib", [1, 16, 64, 256, 1024])
+    sizes = [sizes] if isinstance(sizes, int) and not isinstance(sizes, bool) else sizes
+    if not isinstance(sizes, list) or not sizes:
+        harness.config_error(f"h2d: sizes_mib must be a non-empty list of sizes in MiB, got {sizes!r}")
+    c["sizes_mib"] = sorted({int_val("sizes_mib[]", s) for s in sizes})
+    c["inject_error"] = bool(cfg.get("inject_error", False))
+    return c
+
+
+def checksum(t):
+    """Sum of the int32 values in int64 (computed where the tensor lives)."""
+    return int(t.sum(dtype=torch.int64))
+
+
+def measure_size(size_mib, gen, ctx, c, corrupt):
+    """Both directions with pinned and pageable host buffers for one size. Returns
+    ({"<dir>_<mode>": {gbs, gbs_min, gbs_max, ok, ...}}, problems)."""
+    n = size_mib * MIB // ELEM
+    nbytes = float(n * ELEM)  # bytes over the link per copy
+    ref = torch.randint(1, 2 ** 31 - 1, (n,), generator=gen, dtype=torch.int32)  # host, never 0
+    ref_sum = checksum(ref)
+    dev_ref = ref.to(ctx.device)  # an independent upload: the H2D results must equal it, the D2H source
+    problems = []
+    if checksum(dev_ref) != ref_sum:
+        problems.append(f"{size_mib} MiB: reference upload checksum differs")
+    out = {}
+
+    def timed(fn):
+        t = harness.time_fn(fn, ctx, warmup=c["warmup"], iters=c["iters"], repeats=c["repeats"],
+                            before_repeat=ctx.barrier)  # ranks measure together
+        return {"gbs": nbytes / t["median"] / 1e9, "gbs_min": nbytes / t["max"] / 1e9,
+                "gbs_max": nbytes / t["min"] / 1e9, "time_ms": t["median"] * 1e3}
+
+    for mode in MODES:
+        pinned = mode == "pinned"
+        host = torch.empty(n, dtype=torch.int32, pin_memory=pinned)
+        host.copy_(ref)
+        nb = pinned  # async copies only from/to pinned memory; pageable copies are synchronous anyway
+
+        # host -> device: dev starts zeroed (the source has no zero), checked on the device against the
+        # independent upload and by checksum against the host reference
+        dev = torch.zeros(n, dtype=torch.int32, device=ctx.device)
+        r = timed(lambda: dev.copy_(host, non_blocking=nb))
+        ctx.sync()
+        if corrupt and pinned:
+            dev[n // 2] = 0  # test-only: one wrong element
+        r["checksum_ok"] = checksum(dev) == ref_sum
+        r["equal"] = bool(torch.equal(dev, dev_ref))
+        r["host_pinned"] = bool(host.is_pinned())
+        out[f"h2d_{mode}"] = r
+        del dev
+
+        # device -> host: host zeroed first, checked on the host against the reference
+        host.zero_()
+        r = timed(lambda: host.copy_(dev_ref, non_blocking=nb))
+        ctx.sync()
+        r["checksum_ok"] = checksum(host) == ref_sum
+        r["equal"] = bool(torch.equal(host, ref))
+        r["host_pinned"] = bool(host.is_pinned())
+        out[f"d2h_{mode}"] = r
+        del host
+
+    for key, r in out.items():
+        if not (r["checksum_ok"] and r["equal"]):
+            problems.append(f"{size_mib} MiB {key}: checksum_ok={r['checksum_ok']} equal={r['equal']}")
+    return out, problems
+
+
+def main():
+    args, cfg = harness.parse_args()
+    if os.environ.get("FLAGPERF_DEVICE", "cpu").strip().lower() == "cpu":
+        LOG.skipped(NO_DEVICE)  # every rank, exit 0
+    ctx = harness.setup_distributed(cfg)  # validates FLAGPERF_DEVICE (cuda needs a visible GPU)
+    if not ctx.is_cuda:
+        LOG.skipped(NO_DEVICE)
+    c = read_config(cfg)
+    gen = torch.Generator().manual_seed(c["seed"] + ctx.rank)  # host data
+    LOG.event("INIT_END", backend=ctx.backend, device=str(ctx.device), world_size=ctx.world_size)
+
+    LOG.event("RUN_START")
+    sizes, largest = c["sizes_mib"], c["sizes_mib"][-1]
+    results, problems = {}, []
+    for s in sizes:
+        results[s], bad = measure_size(s, gen, ctx, c, corrupt=c["inject_error"] and s == largest)
+        problems += bad
+        LOG.event("STEP", size_mib=s, **{f"{k}_gbs": r["gbs"] for k, r in results[s].items()})
+        torch.cuda.empty_cache()
+    LOG.event("RUN_END")
+
+    any_failed = ctx.all_reduce([float(bool(problems))], "max")[0] > 0
+    keys = [f"{d}_{m}" for m in MODES for d in DIRECTIONS]  # h2d_pinned first: the headline
+    details = {"sizes_mib": sizes, "bytes_counted": "bytes transferred (size per copy)",
+               "data": "random int32, never 0",
+               "verified": {f"{s}mib": {k: results[s][k]["checksum_ok"] and results[s][k]["equal"] for k in keys}
+                            for s in sizes},
+               "host_pinned": {k: results[largest][k]["host_pinned"] for k in keys},
+               "non_blocking": {"pinned": True, "pageable": False}}
+    if c["inject_error"]:
+        details["inject_error"] = True
+    if any_failed:
+        details.update(problems=problems, failed_on_some_rank=True)
+        LOG.check_failed(details)
+
+    big = results[largest]
+    metrics = {}
+    for k in keys:
+        if k != "h2d_pinned":
+            metrics[f"{k}_gbs"] = {"value": big[k]["gbs"], "unit": "GB/s"}
+        metrics[f"{k}_gbs_min"] = {"value": big[k]["gbs_min"], "unit": "GB/s"}
+        metrics[f"{k}_gbs_max"] = {"value": big[k]["gbs_max"], "unit": "GB/s"}
+        for s in sizes:
+            metrics[f"{k}_gbs_{s}mib"] = {"value": results[s][k]["gbs"], "unit": "GB/s"}
+    sums = ctx.all_reduce([big[k]["gbs"] for k in keys], "sum")
+    mins = ctx.all_reduce([big[k]["gbs"] for k in keys], "min")
+    if ctx.world_size > 1:
+        for i, k in enumerate(keys):
+            metrics[f"{k}_gbs_total"] = {"value": sums[i], "unit": "GB/s"}
+            metrics[f"{k}_gbs_min_rank"] = {"value": mins[i], "unit": "GB/s"}
+    env = harness.env_info(ctx)
+    ctx.destroy()
+    LOG.finished(metric="h2d_pinned_gbs", value=big["h2d_pinned"]["gbs"], unit="GB/s", higher_is_better=True,
+                 metrics=metrics, checks={"passed": True, "details": details}, env=env)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,333 @@
+"""Point-to-point (send/recv) bandwidth between pairs of ranks over a sweep of message sizes, one direction and
+both at once, with the received data checked; see README.md and docs/benchmarks.md."""
+import os
+import re
+import socket
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from common import harness  # noqa: E402
+
+LOG = harness.PerfLog(benchmark="p2p")
+LOG.event("INIT_START")  # before `import torch`, so that e2e_time includes it
+
+# torch is imported in main() once the case config is read: config errors (exit 2) and SKIPPED stay cheap.
+torch = dist = None
+
+MODES = ("uni", "bi")
+DTYPES = {"fp32": "float32", "bf16": "bfloat16"}
+PERIOD = 61            # check pattern p(i) = 1 + i % 61
+CHUNK = 1 << 24        # elements per step when writing / verifying the check pattern
+SKIP_REASON = "p2p needs at least 2 ranks"
+
+
+# ------------------------------------------------------------------------ sizes (same helpers as collectives/main.py)
+
+_SIZE_RE = re.compile(r"^\s*(\d+)\s*([KMGT]?)(?:I?B)?\s*$", re.IGNORECASE)
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+MAX_SIZES = 64
+
+
+def parse_size(v, key):
+    """Bytes from an int or a string like "64K", "1M", "4G", "512", "1MiB" (binary units, as nccl-tests)."""
+    if isinstance(v, bool) or not isinstance(v, (int, str)):
+        harness.config_error(f"{key}: a size must be an integer or a string like '64M', got {v!r}")
+    if isinstance(v, int):
+        n = v
+    else:
+        m = _SIZE_RE.match(v)
+        if not m:
+            harness.config_error(f"{key}: cannot read size {v!r} (examples: 65536, '64K', '1M', '4G')")
+        n = int(m.group(1)) * _UNITS[m.group(2).upper()]
+    if n < 1:
+        harness.config_error(f"{key}: sizes must be >= 1 byte, got {v!r}")
+    return n
+
+
+def size_label(n):
+    """The metric-name form of a byte count: 65536 -> '64K', 1 << 30 -> '1G', 1000 -> '1000B'."""
+    for suffix in ("T", "G", "M", "K"):
+        if n % _UNITS[suffix] == 0:
+            return f"{n // _UNITS[suffix]}{suffix}"
+    return f"{n}B"
+
+
+def read_sizes(cfg, name):
+    """`sizes` (a list) or, when it is null/absent, min_size .. max_size by step_factor; sorted, deduplicated."""
+    sizes = cfg.get("sizes")
+    if sizes is not None:
+        if isinstance(sizes, (str, int)) and not isinstance(sizes, bool):
+            sizes = [sizes]
+        if not isinstance(sizes, list) or not sizes:
+            harness.config_error(f"{name}: sizes must be a non-empty list like ['1M', '64M'] (or null), got {sizes!r}")
+        out = [parse_size(s, f"{name}: sizes") for s in sizes]
+    else:
+        if cfg.get("min_size") is None or cfg.get("max_size") is None:
+            harness.config_error(f"{name}: give sizes (a list) or min_size and max_size")
+        lo, hi = parse_size(cfg["min_size"], f"{name}: min_size"), parse_size(cfg["max_size"], f"{name}: max_size")
+        f = cfg.get("step_factor", 2)
+        if isinstance(f, bool) or not isinstance(f, int) or f < 2:
+            harness.config_error(f"{name}: step_factor must be an integer >= 2, got {f!r}")
+        if lo > hi:
+            harness.config_error(f"{name}: min_size {cfg['min_size']!r} > max_size {cfg['max_size']!r}")
+        out, s = [], lo
+        while s <= hi and len(out) <= MAX_SIZES:
+            out.append(s)
+            s *= f
+    out = sorted(set(out))
+    if len(out) > MAX_SIZES:
+        harness.config_error(f"{name}: at most {MAX_SIZES} sizes, got {len(out)}")
+    return out
+
+
+def int_key(cfg, name, key, default, minimum):
+    v = cfg.get(key, default)
+    if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
+        harness.config_error(f"{name}: {key} must be an integer >= {minimum}, got {v!r}")
+    return v
+
+
+def env_int(name, default):
+    try:
+        return int(os.environ.get(name, default))
+    except ValueError:
+        harness.config_error(f"environment variable {name}={os.environ.get(name)!r} is not an integer")
+
+
+# --------------------------------------------------------------------------- configuration
+
+def read_config(cfg):
+    """Pure Python (no torch): the validated case configuration."""
+    c = {"sizes": read_sizes(cfg, "p2p")}
+    pairs = cfg.get("pairs", [[0, 1]])
+    ok = isinstance(pairs, list) and pairs and all(
+        isinstance(p, list) and len(p) == 2 and all(isinstance(x, int) and not isinstance(x, bool) and x >= 0
+                                                    for x in p) and p[0] != p[1] for p in pairs)
+    if not ok:
+        harness.config_error(f"p2p: pairs must be a non-empty list of [src, dst] rank pairs with src != dst, "
+                             f"got {pairs!r}")
+    c["pairs"] = [list(p) for p in dict.fromkeys(tuple(p) for p in pairs)]
+    modes = cfg.get("modes", list(MODES))
+    modes = [modes] if isinstance(modes, str) else modes
+    if not isinstance(modes, list) or not modes or any(m not in MODES for m in modes):
+        harness.config_error(f"p2p: modes must be a non-empty list of {list(MODES)}, got {modes!r}")
+    c["modes"] = [m for m in MODES if m in modes]
+    c["dtype"] = cfg.get("dtype", "fp32")
+    if c["dtype"] not in DTYPES:
+        harness.config_error(f"p2p: dtype must be one of {sorted(DTYPES)}, got {c['dtype']!r}")
+    c["warmup"] = int_key(cfg, "p2p", "warmup", 5, 0)
+    c["iters"] = int_key(cfg, "p2p", "iters", 20, 1)
+    c["repeats"] = int_key(cfg, "p2p", "repeats", 5, 1)
+    c["seed"] = int_key(cfg, "p2p", "seed", 1234, 0)
+    c["inject_error"] = bool(cfg.get("inject_error", False))
+    return c
+
+
+# --------------------------------------------------------------------------- data
+
+def _p(start, end, device):
+    idx = torch.arange(start, end, dtype=torch.int64, device=device)
+    return (idx % PERIOD + 1).to(torch.float64)
+
+
+def fill_pattern(t, coef, dt):
+    """t[i] = dt(coef * p(i)), chunk by chunk."""
+    for a in range(0, t.numel(), CHUNK):
+        b = min(a + CHUNK, t.numel())
+        t[a:b].copy_((_p(a, b, t.device) * coef).to(dt))
+
+
+def mismatches(t, coef, dt):
+    """How many elements of t differ from dt(coef * p(i)) (exact: the data only moved). NaN counts."""
+    bad = 0
+    for a in range(0, t.numel(), CHUNK):
+        b = min(a + CHUNK, t.numel())
+        e = (_p(a, b, t.device) * coef).to(dt)
+        bad += int((t[a:b] != e).sum().item())
+    return bad
+
+
+# --------------------------------------------------------------------------- one pair, one size, one mode
+
+def run_one(pair, mode, nbytes, c, ctx, dt, gen, inject_rank):
+    """Every rank calls this (the ranks outside the pair only join the barriers). Returns a result dict, or
+    None when nbytes is less than one element."""
+    src, dst = pair
+    rank = ctx.rank
+    elt = torch.empty((), dtype=dt).element_size()
+    count = nbytes // elt
+    if count < 1:
+        return None  # the same on every rank: nobody joins a barrier for it
+    active = rank in pair
+    peer = dst if rank == src else src
+    if active:
+        sbuf = torch.empty(count, dtype=dt, device=ctx.device).uniform_(-1.0, 1.0, generator=gen)  # never zeros
+        rbuf = torch.empty(count, dtype=dt, device=ctx.device).uniform_(-1.0, 1.0, generator=gen)
+        if mode == "uni":
+            if rank == src:
+                def fn():
+                    dist.send(sbuf, dst)
+            else:
+                def fn():
+                    dist.recv(rbuf, src)
+        else:
+            def fn():
+                ops = [dist.P2POp(dist.isend, sbuf, peer), dist.P2POp(dist.irecv, rbuf, peer)]
+                for w in dist.batch_isend_irecv(ops):
+                    w.wait()
+    else:
+        def fn():
+            pass
+    # the idle ranks run the same number of barriers (before_repeat) and time nothing
+    t = harness.time_fn(fn, ctx, warmup=c["warmup"], iters=c["iters"], repeats=c["repeats"],
+                        before_repeat=ctx.barrier)
+    t_pair = ctx.all_reduce([t["median"] if active else 0.0], "max")[0]  # the slower of the two ranks
+
+    # check: the sender's data is (sender + 1) * p; the receiver's buffer starts at -1
+    bad, checked = 0, 0
+    if active:
+        fill_pattern(sbuf, rank + 1, dt)
+        rbuf.fill_(-1)
+    ctx.barrier()
+    if active:
+        fn()
+        ctx.sync()
+        receives = mode == "bi" or rank == dst
+        if receives:
+            if c["inject_error"] and rank == inject_rank:
+                rbuf[:1].neg_()  # test-only: corrupt what this rank received so that the check must fail
+            bad = mismatches(rbuf, peer + 1, dt)
+            checked = count
+    moved = count * elt * (2 if mode == "bi" else 1)
+    return {"bytes": count * elt, "time_s": t_pair, "bw": moved / t_pair / 1e9, "bad": bad, "checked": checked}
+
+
+# --------------------------------------------------------------------------- main
+
+def skip(reason):
+    """SKIPPED on this rank, exit 0: what harness.PerfLog.skipped prints, called before torch is imported
+    (there is no process group to leave yet, and importing torch only to find none costs seconds)."""
+    LOG.event("SKIPPED", reason=str(reason), benchmark=LOG.benchmark)
+    sys.exit(0)
+
+
+def node_of(rank):
+    """This rank's node: NODE_RANK (the launcher sets it), else rank // LOCAL_WORLD_SIZE."""
+    if os.environ.get("NODE_RANK", "").strip():
+        return env_int("NODE_RANK", 0)
+    lws = env_int("LOCAL_WORLD_SIZE", 0)
+    return rank // lws if lws > 0 else None
+
+
+def main():
+    global torch, dist
+    _args, cfg = harness.parse_args()
+    c = read_config(cfg)
+    world_size = env_int("WORLD_SIZE", 1)
+    if world_size < 2:
+        skip(f"{SKIP_REASON} (WORLD_SIZE={world_size})")
+    skipped = {}
+    pairs = []
+    for p in c["pairs"]:
+        if max(p) >= world_size:
+            skipped[f"{p[0]}_{p[1]}"] = f"pair {p} outside WORLD_SIZE={world_size}"
+        else:
+            pairs.append(p)
+    if not pairs:
+        skip(f"no pair of {c['pairs']} within WORLD_SIZE={world_size}")
+
+    import torch as _torch
+    import torch.distributed as _dist
+    torch, dist = _torch, _dist
+
+    ctx = harness.setup_distributed(cfg)
+    rank, n = ctx.rank, ctx.world_size
+    nnodes = env_int("NNODES", 1)
+    dt_name = c["dtype"]
+    dt = getattr(torch, DTYPES[dt_name])
+    gen = torch.Generator(device=ctx.device).manual_seed(c["seed"] + rank)
+    # where every rank lives (also the first collective of the group, before any send/recv)
+    where = [None] * n
+    dist.all_gather_object(where, {"node": node_of(rank), "host": socket.gethostname()})
+    pair_info = []
+    for src, dst in pairs:
+        a, b = where[src], where[dst]
+        same = a["node"] == b["node"] if a["node"] is not None and b["node"] is not None else a["host"] == b["host"]
+        pair_info.append({"pair": [src, dst], "same_node": bool(same), "nodes": [a["node"], b["node"]],
+                          "hosts": [a["host"], b["host"]]})
+    inject_rank = pairs[0][1]
+    LOG.event("INIT_END", backend=ctx.backend, device=str(ctx.device), world_size=n)
+
+    labels = {s: size_label(s) for s in c["sizes"]}
+    if rank == 0:
+        print(f"p2p: {n} ranks on {nnodes} node(s), backend {ctx.backend}, device {ctx.device.type}, dtype {dt_name}, "
+              f"pairs {[(i['pair'], 'same node' if i['same_node'] else 'cross node') for i in pair_info]}",
+              flush=True)
+        print(f"{'pair':>7} {'mode':>4} {'size':>6} {'bytes':>12} {'time_us':>11} {'GB/s':>10} {'bad':>5}", flush=True)
+    LOG.event("RUN_START")
+    results = {}
+    for src, dst in pairs:
+        for s in c["sizes"]:
+            for mode in c["modes"]:
+                r = run_one([src, dst], mode, s, c, ctx, dt, gen, inject_rank)
+                if r is None:
+                    skipped[f"{src}_{dst}_{labels[s]}"] = f"{s} bytes is less than one {dt_name} element"
+                    continue
+                results[(src, dst, mode, s)] = r
+                LOG.event("STEP", pair=[src, dst], mode=mode, size=labels[s], bytes=r["bytes"],
+                          time_us=r["time_s"] * 1e6, bw=r["bw"], mismatches=r["bad"])
+                if rank == 0:
+                    print(f"{f'{src}->{dst}' if mode == 'uni' else f'{src}<->{dst}':>7} {mode:>4} {labels[s]:>6} "
+                          f"{r['bytes']:>12} {r['time_s'] * 1e6:>11.2f} {r['bw']:>10.3f} {r['bad']:>5}", flush=True)
+            if ctx.is_cuda:
+                torch.cuda.empty_cache()
+    LOG.event("RUN_END")
+
+    failures = [{"pair": [k[0], k[1]], "mode": k[2], "size": labels[k[3]], "mismatches": r["bad"]}
+                for k, r in results.items() if r["bad"]]
+    passed = ctx.all_reduce([0.0 if failures else 1.0], "min")[0] > 0
+    per_rank = [0.0] * n
+    per_rank[rank] = float(len(failures))
+    per_rank = ctx.all_reduce(per_rank, "sum")
+    details = {
+        "world_size": n, "nnodes": nnodes, "backend": ctx.backend, "dtype": dt_name, "modes": c["modes"],
+        "sizes": [labels[s] for s in c["sizes"]], "pairs": pair_info, "skipped": skipped,
+        "checked_elements_this_rank": sum(r["checked"] for r in results.values()),
+        "timing": "slower rank of the pair, median of `repeats` samples of `iters` back-to-back transfers",
+        "bw": "uni: bytes / time; bi: 2 x bytes / time (both directions together); GB = 1e9 B",
+        "check": f"the sender's data is (sender + 1) * (1 + i % {PERIOD}); the receiver compares every element",
+    }
+    if c["inject_error"]:
+        details["inject_error"] = True
+    if not passed:
+        details.update(failures=failures, failures_per_rank=[int(x) for x in per_rank],
+                       failed_ranks=[i for i, x in enumerate(per_rank) if x > 0])
+        LOG.check_failed(details)
+    if not results:
+        harness.config_error(f"p2p: every size is too small (skipped: {skipped})")
+
+    metrics = {}
+    for (src, dst, mode, s), r in results.items():
+        metrics[f"bw_{mode}_{src}_{dst}_{labels[s]}"] = {"value": r["bw"], "unit": "GB/s"}
+        metrics[f"time_us_{mode}_{src}_{dst}_{labels[s]}"] = {"value": r["time_s"] * 1e6, "unit": "us"}
+    largest = {}
+    for (src, dst, mode, s) in results:
+        largest[(src, dst, mode)] = max(s, largest.get((src, dst, mode), 0))
+    for (src, dst, mode), s in largest.items():
+        metrics[f"bw_{mode}_{src}_{dst}"] = {"value": results[(src, dst, mode, s)]["bw"], "unit": "GB/s"}
+    first = pairs[0]
+    head_mode = c["modes"][0]
+    for mode in c["modes"][1:]:
+        metrics[f"bw_{mode}"] = dict(metrics[f"bw_{mode}_{first[0]}_{first[1]}"])
+    head_size = largest[(first[0], first[1], head_mode)]
+    head = results[(first[0], first[1], head_mode, head_size)]
+    details["headline"] = f"bw_{head_mode} of pair {first} at {labels[head_size]}"
+    env = harness.env_info(ctx, nnodes=nnodes, node_rank=node_of(rank), dtype=dt_name, pairs=pair_info,
+                           sizes=[labels[s] for s in c["sizes"]])
+    ctx.destroy()
+    LOG.finished(metric=f"bw_{head_mode}", value=head["bw"], unit="GB/s", higher_is_better=True,
+                 metrics=metrics, checks={"passed": True, "details": details}, env=env)
+
+
+if __name__ == "__main__":
+    main()
