@@ -167,6 +167,24 @@ def main():
         "train_time": {"value": elapsed, "unit": "s"},
     }
     env = harness.env_info(ctx, precision=precision, global_batch=bs * world, seq_len=c["seq_len"])
+    # MFU, PaLM (appendix B) convention: 6 FLOPs per matmul parameter and token (forward + backward) plus
+    # 12 * n_layers * d_model * seq_len for attention (causal masking not discounted). N leaves out the position
+    # table (a lookup, no matmul); the tied token embedding counts once, as the output projection.
+    n_matmul = n_params - model.pos.weight.numel()
+    flops_per_token = 6 * n_matmul + 12 * c["n_layers"] * c["d_model"] * c["seq_len"]
+    mfu = {"formula": "mfu = (6*N + 12*n_layers*d_model*seq_len) * tokens_per_s / (world_size * peak)",
+           "N": n_matmul, "flops_per_token": flops_per_token,
+           "model_tflops_per_device": flops_per_token * tokens_per_s / world / 1e12,
+           "dtype": "bf16" if ctx.is_cuda else "fp32"}
+    peak, entry = harness.peak_for(cfg, "bf16_tflops", env["device_name"]) if ctx.is_cuda else (None, None)
+    if peak:
+        metrics["mfu"] = {"value": 100.0 * flops_per_token * tokens_per_s / (world * peak * 1e12), "unit": "%"}
+        mfu.update(peak_key="bf16_tflops", peak_entry=entry, peak_tflops=peak)
+    elif ctx.is_cuda:
+        mfu["omitted"] = f"no bf16_tflops entry in vendor_peaks matches {env['device_name']!r}"
+    else:
+        mfu["omitted"] = "cpu run in fp32: the vendor peak tables hold accelerator peaks only, no peak to divide by"
+    details["mfu"] = mfu
     ctx.destroy()
     LOG.finished(metric="tokens_per_s", value=tokens_per_s, unit="tokens/s", higher_is_better=True,
                  metrics=metrics, checks={"passed": True, "details": details}, env=env)
