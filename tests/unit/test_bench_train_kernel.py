@@ -10,6 +10,8 @@ import textwrap
 
 import pytest
 
+from tests.realparts import unavailable
+
 from tests.unit.test_benchmarks_cpu import BENCH, check_run, perflog, run_case
 
 
@@ -47,10 +49,11 @@ def test_stream_nvcc_skips_without_visible_gpu(tmp_path):
     assert "torch.cuda.is_available() is False" in records[-1]["reason"]
 
 
-@pytest.mark.skipif(shutil.which("nvcc") is None, reason="no nvcc on this host")
 def test_stream_nvcc_kernel_compiles(tmp_path):
     """Build triad.cu with the benchmark's own nvcc command and load it with ctypes (no GPU needed for either);
     without a GPU -arch=native is rejected and the sm_80 + sm_90 fallback is used."""
+    if shutil.which("nvcc") is None:
+        unavailable("no nvcc on this host: the CUDA kernel cannot be compiled")
     script = textwrap.dedent("""
         import contextlib, io, json, sys
         with contextlib.redirect_stdout(io.StringIO()):
