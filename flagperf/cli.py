@@ -216,6 +216,42 @@ def clean(config_path, cluster_path, accept_new_host_keys, run_id):
     sys.exit(EXIT_OK if ok else EXIT_HOSTS)
 
 
+@main.command()
+@click.argument("run_dir", required=False, type=click.Path(file_okay=False, path_type=Path))
+@config_option
+@click.option("--markdown", "as_markdown", is_flag=True, help="Print the Markdown report instead of the table.")
+def report(run_dir, config_path, as_markdown):
+    """Show a run (default: the latest under FLAGPERF_LOG_PATH): the table and every failure; (re)writes report.md."""
+    import json
+
+    from flagperf.collect import latest_run
+    from flagperf.render import summary_table
+    from flagperf.results.report import markdown
+    try:
+        if run_dir is None:
+            run_dir = latest_run(_load(config_path, None).test.log_path)
+        summary = json.loads((Path(run_dir) / "summary.json").read_text(encoding="utf-8"))
+    except ConfigError as exc:
+        _exit_config(exc, prefix="")
+    except (OSError, ValueError) as exc:
+        _exit_config(ConfigError(f"{run_dir}: no readable summary.json ({exc})"), prefix="")
+    text = markdown(summary)
+    (Path(run_dir) / "report.md").write_text(text, encoding="utf-8")
+    console = _console()
+    if as_markdown:
+        console.print(text, markup=False)
+        return
+    console.print(summary_table(summary))
+    for case in summary["cases"]:
+        for r in case["rounds"]:
+            f = r.get("failure")
+            if f:
+                console.print(f"{case['name']} round {r['round']}: {r['status']}: {f.get('reason', '')}", markup=False)
+                for line in f.get("last_lines") or []:
+                    console.print(f"    | {line}", markup=False)
+    console.print(f"report: {Path(run_dir) / 'report.md'}", markup=False)
+
+
 @main.command("list")
 def list_cmd():
     """List the benchmarks and vendors this tree provides."""

@@ -32,6 +32,7 @@ from flagperf.hosts.fanout import fan_out
 from flagperf.plan import Plan
 from flagperf.results import perflog
 from flagperf.results.monitors import read_status, summarize_monitors
+from flagperf.results.report import markdown
 from flagperf.results.summary import CaseResult, NodeResult, RoundResult, build_summary, write_summary
 from flagperf.runtimes import get_runtime
 
@@ -90,7 +91,8 @@ class Run:
                 runtime=self.runtime.name, hosts=[h.address for h in plan.hosts], case_results=results)
             summary["duration_s"] = round(time.monotonic() - t0, 3)
             write_summary(plan.run_dir / "summary.json", summary)
-            self.step(f"summary: {plan.run_dir / 'summary.json'}")
+            (plan.run_dir / "report.md").write_text(markdown(summary), encoding="utf-8")
+            self.step(f"summary: {plan.run_dir / 'summary.json'}, report: {plan.run_dir / 'report.md'}")
             self._close_log()
         self.summary = summary
         if interrupted:

@@ -209,3 +209,23 @@ def test_clear_caches_drops_or_warns(tmp_path, flagperf_home):
     warned = runlog.count("CLEAR_CACHES: cannot drop the page cache")
     assert dropped + warned == 2, runlog      # once per round, one way or the other
     assert "drop_caches" in runlog            # the exact command is logged
+
+
+def test_report_of_a_run(tmp_path, flagperf_home):
+    override = flagperf_home / "vendors" / "cpu" / "sleeper"
+    override.mkdir()
+    (override / "config_fail.yaml").write_text("fail_rank: 0\nfail_code: 9\n")
+    conf = write_conf(tmp_path, {"sleeper:pytorch:ok:1:1:2": "null", "sleeper:pytorch:fail:1:1:1": "null"})
+    code, out, err = run_cli(["run", "--config", conf], home=flagperf_home)
+    assert code == 1, out + err
+    run = only_run_dir(tmp_path / "result")
+    report = (run / "report.md").read_text()
+    assert report.startswith(f"# flagperf {run.name}: failed")
+    assert "| sleeper-pytorch-ok-1x1 | passed | 2/2 | slept_s |" in report
+    assert "failing on purpose with exit code 9" in report             # the failed rank's last lines
+    (run / "report.md").unlink()
+    code, out, err = run_cli(["report", "--config", conf], home=flagperf_home)   # default: the latest run
+    assert code == 0, out + err
+    assert "sleeper-pytorch-fail-1x1 round 1: failed: rank 0 failed" in out and (run / "report.md").is_file()
+    code, out, err = run_cli(["report", str(tmp_path / "nothing-here")])
+    assert code == 2 and "summary.json" in err and "Traceback" not in err
