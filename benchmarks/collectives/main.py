@@ -2,7 +2,6 @@
 algbw/busbw as nccl-tests defines them and an exact check of every result; see README.md and docs/benchmarks.md."""
 import math
 import os
-import re
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
@@ -24,84 +23,11 @@ ROOT = 0               # broadcast root
 SKIP_REASON = "collectives need at least 2 ranks"
 
 
-# --------------------------------------------------------------------------- sizes (same helpers as p2p/main.py)
-
-_SIZE_RE = re.compile(r"^\s*(\d+)\s*([KMGT]?)(?:I?B)?\s*$", re.IGNORECASE)
-_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
-MAX_SIZES = 64
-
-
-def parse_size(v, key):
-    """Bytes from an int or a string like "64K", "1M", "4G", "512", "1MiB" (binary units, as nccl-tests)."""
-    if isinstance(v, bool) or not isinstance(v, (int, str)):
-        harness.config_error(f"{key}: a size must be an integer or a string like '64M', got {v!r}")
-    if isinstance(v, int):
-        n = v
-    else:
-        m = _SIZE_RE.match(v)
-        if not m:
-            harness.config_error(f"{key}: cannot read size {v!r} (examples: 65536, '64K', '1M', '4G')")
-        n = int(m.group(1)) * _UNITS[m.group(2).upper()]
-    if n < 1:
-        harness.config_error(f"{key}: sizes must be >= 1 byte, got {v!r}")
-    return n
-
-
-def size_label(n):
-    """The metric-name form of a byte count: 65536 -> '64K', 1 << 30 -> '1G', 1000 -> '1000B'."""
-    for suffix in ("T", "G", "M", "K"):
-        if n % _UNITS[suffix] == 0:
-            return f"{n // _UNITS[suffix]}{suffix}"
-    return f"{n}B"
-
-
-def read_sizes(cfg, name):
-    """`sizes` (a list) or, when it is null/absent, min_size .. max_size by step_factor; sorted, deduplicated."""
-    sizes = cfg.get("sizes")
-    if sizes is not None:
-        if isinstance(sizes, (str, int)) and not isinstance(sizes, bool):
-            sizes = [sizes]
-        if not isinstance(sizes, list) or not sizes:
-            harness.config_error(f"{name}: sizes must be a non-empty list like ['1M', '64M'] (or null), got {sizes!r}")
-        out = [parse_size(s, f"{name}: sizes") for s in sizes]
-    else:
-        if cfg.get("min_size") is None or cfg.get("max_size") is None:
-            harness.config_error(f"{name}: give sizes (a list) or min_size and max_size")
-        lo, hi = parse_size(cfg["min_size"], f"{name}: min_size"), parse_size(cfg["max_size"], f"{name}: max_size")
-        f = cfg.get("step_factor", 2)
-        if isinstance(f, bool) or not isinstance(f, int) or f < 2:
-            harness.config_error(f"{name}: step_factor must be an integer >= 2, got {f!r}")
-        if lo > hi:
-            harness.config_error(f"{name}: min_size {cfg['min_size']!r} > max_size {cfg['max_size']!r}")
-        out, s = [], lo
-        while s <= hi and len(out) <= MAX_SIZES:
-            out.append(s)
-            s *= f
-    out = sorted(set(out))
-    if len(out) > MAX_SIZES:
-        harness.config_error(f"{name}: at most {MAX_SIZES} sizes, got {len(out)}")
-    return out
-
-
-def int_key(cfg, name, key, default, minimum):
-    v = cfg.get(key, default)
-    if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
-        harness.config_error(f"{name}: {key} must be an integer >= {minimum}, got {v!r}")
-    return v
-
-
-def env_int(name, default):
-    try:
-        return int(os.environ.get(name, default))
-    except ValueError:
-        harness.config_error(f"environment variable {name}={os.environ.get(name)!r} is not an integer")
-
-
 # --------------------------------------------------------------------------- configuration
 
 def read_config(cfg):
     """Pure Python (no torch): the validated case configuration."""
-    c = {"sizes": read_sizes(cfg, "collectives")}
+    c = {"sizes": harness.size_sweep(cfg, "collectives")}
     ops = cfg.get("ops", list(OPS))
     ops = [ops] if isinstance(ops, str) else ops
     if not isinstance(ops, list) or not ops or any(o not in OPS for o in ops):
@@ -110,10 +36,10 @@ def read_config(cfg):
     c["dtype"] = cfg.get("dtype", "fp32")
     if c["dtype"] not in DTYPES:
         harness.config_error(f"collectives: dtype must be one of {sorted(DTYPES)}, got {c['dtype']!r}")
-    c["warmup"] = int_key(cfg, "collectives", "warmup", 5, 0)
-    c["iters"] = int_key(cfg, "collectives", "iters", 20, 1)
-    c["repeats"] = int_key(cfg, "collectives", "repeats", 5, 1)
-    c["seed"] = int_key(cfg, "collectives", "seed", 1234, 0)
+    c["warmup"] = harness.config_int(cfg, "collectives", "warmup", 5, 0)
+    c["iters"] = harness.config_int(cfg, "collectives", "iters", 20, 1)
+    c["repeats"] = harness.config_int(cfg, "collectives", "repeats", 5, 1)
+    c["seed"] = harness.config_int(cfg, "collectives", "seed", 1234, 0)
     c["inject_error"] = bool(cfg.get("inject_error", False))
     return c
 
@@ -323,21 +249,12 @@ def run_one(op, fn, nbytes, c, ctx, dt, sig_bits, gen, expect):
 
 # --------------------------------------------------------------------------- main
 
-def skip(reason):
-    """SKIPPED on this rank, exit 0: what harness.PerfLog.skipped prints, called before torch is imported
-    (there is no process group to leave yet, and importing torch only to find none costs seconds)."""
-    LOG.event("SKIPPED", reason=str(reason), benchmark=LOG.benchmark)
-    sys.exit(0)
-
-
 def main():
     global torch, dist
     _args, cfg = harness.parse_args()
     c = read_config(cfg)
-    world_size = env_int("WORLD_SIZE", 1)
-    if world_size < 2:
-        # world_size 1 would give busbw 0 for all_reduce and measure only local copies: not a collective
-        skip(f"{SKIP_REASON} (WORLD_SIZE={world_size})")
+    # world_size 1 would give busbw 0 for all_reduce and measure only local copies: not a collective
+    harness.skip_below_ranks(LOG, 2, SKIP_REASON)
 
     import torch as _torch
     import torch.distributed as _dist
@@ -345,7 +262,7 @@ def main():
 
     ctx = harness.setup_distributed(cfg)
     n, rank = ctx.world_size, ctx.rank
-    nnodes = env_int("NNODES", 1)
+    nnodes = harness.env_int("NNODES", 1)
     dt_name = c["dtype"]
     dt, sig_bits = getattr(torch, DTYPES[dt_name][0]), DTYPES[dt_name][1]
     gen = torch.Generator(device=ctx.device).manual_seed(c["seed"] + rank)
@@ -356,7 +273,7 @@ def main():
     expect = Expect(n, dt, sig_bits)
     LOG.event("INIT_END", backend=ctx.backend, device=str(ctx.device), world_size=n)
 
-    labels = {s: size_label(s) for s in c["sizes"]}
+    labels = {s: harness.format_size(s) for s in c["sizes"]}
     if rank == 0:
         print(f"collectives: {n} ranks on {nnodes} node(s), backend {ctx.backend}, device {ctx.device.type}, "
               f"dtype {dt_name}, sizes {[labels[s] for s in c['sizes']]}", flush=True)
@@ -382,14 +299,9 @@ def main():
                 torch.cuda.empty_cache()
     LOG.event("RUN_END")
 
-    # the verdict: every rank checked its own results; all ranks agree (MIN of the pass flags)
+    # the verdict: every rank checked its own results; all ranks agree (check_all_ranks: MIN of the pass flags)
     failures = [{"op": op, "size": labels[s], "max_rel_err": r["err"], "tol": r["tol"]}
                 for op in ops for s, r in results[op].items() if not r["ok"]]
-    passed = ctx.all_reduce([0.0 if failures else 1.0], "min")[0] > 0
-    per_rank = [0.0] * n
-    per_rank[rank] = float(len(failures))
-    per_rank = ctx.all_reduce(per_rank, "sum")
-
     ran = [op for op in ops if results[op]]
     details = {
         "world_size": n, "nnodes": nnodes, "backend": ctx.backend, "dtype": dt_name, "ops": ran,
@@ -408,10 +320,7 @@ def main():
         details[f"tol_{op}"] = max(r["tol"] for r in results[op].values())
     if c["inject_error"]:
         details["inject_error"] = True
-    if not passed:
-        details.update(failures=failures, failures_per_rank=[int(x) for x in per_rank],
-                       failed_ranks=[i for i, x in enumerate(per_rank) if x > 0])
-        LOG.check_failed(details)
+    harness.check_all_ranks(LOG, ctx, failures, details)
     if not ran:
         harness.config_error(f"collectives: every size is too small for {n} ranks (skipped: {skipped})")
 
@@ -426,8 +335,8 @@ def main():
             metrics[f"busbw_{op}"] = {"value": results[op][max(results[op])]["busbw"], "unit": "GB/s"}
     head = results[head_op][max(results[head_op])]
     details["headline"] = f"busbw_{head_op} at {labels[max(results[head_op])]}"
-    env = harness.env_info(ctx, nnodes=nnodes, node_rank=env_int("NODE_RANK", 0),
-                           local_world_size=env_int("LOCAL_WORLD_SIZE", n), dtype=dt_name,
+    env = harness.env_info(ctx, nnodes=nnodes, node_rank=harness.env_int("NODE_RANK", 0),
+                           local_world_size=harness.env_int("LOCAL_WORLD_SIZE", n), dtype=dt_name,
                            sizes=[labels[s] for s in c["sizes"]])
     ctx.destroy()
     LOG.finished(metric=f"busbw_{head_op}", value=head["busbw"], unit="GB/s", higher_is_better=True,

@@ -19,6 +19,7 @@ import json
 import math
 import os
 import platform
+import re
 import socket
 import statistics
 import sys
@@ -54,6 +55,108 @@ def config_error(msg):
     """A case configuration the benchmark cannot run: message on stderr, exit 2."""
     print(f"config error: {msg}", file=sys.stderr, flush=True)
     sys.exit(CONFIG_ERROR_EXIT)
+
+
+def check_int(name, key, v, minimum=1):
+    """``v`` when it is an integer >= ``minimum`` (a bool is not), else a config error naming ``name: key``."""
+    if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
+        config_error(f"{name}: {key} must be an integer >= {minimum}, got {v!r}")
+    return v
+
+
+def config_int(cfg, name, key, default, minimum=1):
+    """The integer ``cfg[key]`` (``default`` when absent), checked by check_int."""
+    return check_int(name, key, cfg.get(key, default), minimum)
+
+
+def sizes_mib(cfg, name, default):
+    """``sizes_mib``: an integer or a non-empty list of integers >= 1 (MiB); sorted, deduplicated."""
+    sizes = cfg.get("sizes_mib", default)
+    sizes = [sizes] if isinstance(sizes, int) and not isinstance(sizes, bool) else sizes
+    if not isinstance(sizes, list) or not sizes:
+        config_error(f"{name}: sizes_mib must be a non-empty list of sizes in MiB, got {sizes!r}")
+    return sorted({check_int(name, "sizes_mib[]", s) for s in sizes})
+
+
+def typed_config(cfg, defaults, name, convert):
+    """One value per key of ``defaults``, in order, from ``cfg`` (the default when absent). A key whose default
+    is a bool must be a bool; every other value is ``convert(key, value, default)``, the benchmark's own rule."""
+    c = {}
+    for key, default in defaults.items():
+        v = cfg.get(key, default)
+        if isinstance(default, bool):
+            if not isinstance(v, bool):
+                config_error(f"{name}: {key} must be true or false, got {v!r}")
+            c[key] = v
+            continue
+        c[key] = convert(key, v, default)
+    return c
+
+
+def require_positive(c, name, keys):
+    """Every ``c[key]`` of ``keys`` must be >= 1."""
+    for key in keys:
+        if c[key] < 1:
+            config_error(f"{name}: {key} must be >= 1, got {c[key]}")
+
+
+# --------------------------------------------------------------------------- message sizes (collectives, p2p)
+
+_SIZE_RE = re.compile(r"^\s*(\d+)\s*([KMGT]?)(?:I?B)?\s*$", re.IGNORECASE)
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+MAX_SIZES = 64
+
+
+def parse_size(v, key):
+    """Bytes from an int or a string like "64K", "1M", "4G", "512", "1MiB" (binary units, as nccl-tests)."""
+    if isinstance(v, bool) or not isinstance(v, (int, str)):
+        config_error(f"{key}: a size must be an integer or a string like '64M', got {v!r}")
+    if isinstance(v, int):
+        n = v
+    else:
+        m = _SIZE_RE.match(v)
+        if not m:
+            config_error(f"{key}: cannot read size {v!r} (examples: 65536, '64K', '1M', '4G')")
+        n = int(m.group(1)) * _UNITS[m.group(2).upper()]
+    if n < 1:
+        config_error(f"{key}: sizes must be >= 1 byte, got {v!r}")
+    return n
+
+
+def format_size(n):
+    """The metric-name form of a byte count: 65536 -> '64K', 1 << 30 -> '1G', 1000 -> '1000B'."""
+    for suffix in ("T", "G", "M", "K"):
+        if n % _UNITS[suffix] == 0:
+            return f"{n // _UNITS[suffix]}{suffix}"
+    return f"{n}B"
+
+
+def size_sweep(cfg, name):
+    """`sizes` (a list) or, when it is null/absent, min_size .. max_size by step_factor; sorted, deduplicated."""
+    sizes = cfg.get("sizes")
+    if sizes is not None:
+        if isinstance(sizes, (str, int)) and not isinstance(sizes, bool):
+            sizes = [sizes]
+        if not isinstance(sizes, list) or not sizes:
+            config_error(f"{name}: sizes must be a non-empty list like ['1M', '64M'] (or null), got {sizes!r}")
+        out = [parse_size(s, f"{name}: sizes") for s in sizes]
+    else:
+        if cfg.get("min_size") is None or cfg.get("max_size") is None:
+            config_error(f"{name}: give sizes (a list) or min_size and max_size")
+        lo, hi = parse_size(cfg["min_size"], f"{name}: min_size"), parse_size(cfg["max_size"], f"{name}: max_size")
+        f = cfg.get("step_factor", 2)
+        if isinstance(f, bool) or not isinstance(f, int) or f < 2:
+            config_error(f"{name}: step_factor must be an integer >= 2, got {f!r}")
+        if lo > hi:
+            config_error(f"{name}: min_size {cfg['min_size']!r} > max_size {cfg['max_size']!r}")
+        out, s = [], lo
+        while s <= hi and len(out) <= MAX_SIZES:
+            out.append(s)
+            s *= f
+    out = sorted(set(out))
+    if len(out) > MAX_SIZES:
+        config_error(f"{name}: at most {MAX_SIZES} sizes, got {len(out)}")
+    return out
 
 
 # --------------------------------------------------------------------------- PerfLog
@@ -241,11 +344,21 @@ class DistContext:
             self.initialized = False
 
 
-def _env_int(name, default):
+def env_int(name, default):
+    """The integer environment variable ``name`` (``default`` when unset); a config error when it is not one."""
     try:
         return int(os.environ.get(name, default))
     except ValueError:
         config_error(f"environment variable {name}={os.environ.get(name)!r} is not an integer")
+
+
+def skip_below_ranks(log, minimum, reason):
+    """WORLD_SIZE from the environment, read before torch is imported; below ``minimum`` this rank prints
+    SKIPPED "<reason> (WORLD_SIZE=<n>)" and exits 0 (every rank does the same)."""
+    world_size = env_int("WORLD_SIZE", 1)
+    if world_size < minimum:
+        log.skipped(f"{reason} (WORLD_SIZE={world_size})")
+    return world_size
 
 
 def setup_distributed(cfg=None):
@@ -255,8 +368,8 @@ def setup_distributed(cfg=None):
     import torch.distributed as dist
 
     cfg = cfg or {}
-    rank, world_size = _env_int("RANK", 0), _env_int("WORLD_SIZE", 1)
-    local_rank = _env_int("LOCAL_RANK", 0)
+    rank, world_size = env_int("RANK", 0), env_int("WORLD_SIZE", 1)
+    local_rank = env_int("LOCAL_RANK", 0)
     device_type = os.environ.get("FLAGPERF_DEVICE", "cpu").strip().lower()
     if device_type not in ("cpu", "cuda"):
         config_error(f"FLAGPERF_DEVICE must be cpu or cuda, got {device_type!r}")
@@ -359,6 +472,40 @@ class Stopwatch:
         self._sync()
         self.elapsed = time.perf_counter() - self.t0
         return self.elapsed
+
+
+# --------------------------------------------------------------------------- verdict and aggregates across ranks
+
+def check_all_ranks(log, ctx, failures, details):
+    """The verdict, the same on every rank (every rank must call it): when any rank has ``failures`` (a list),
+    every rank adds its own ``failures``, ``failures_per_rank`` and ``failed_ranks`` to ``details`` and leaves
+    through log.check_failed (CHECK_FAILED, exit 3). Returns when no rank failed."""
+    passed = ctx.all_reduce([0.0 if failures else 1.0], "min")[0] > 0
+    per_rank = [0.0] * ctx.world_size
+    per_rank[ctx.rank] = float(len(failures))
+    per_rank = ctx.all_reduce(per_rank, "sum")
+    if not passed:
+        details.update(failures=failures, failures_per_rank=[int(x) for x in per_rank],
+                       failed_ranks=[i for i, x in enumerate(per_rank) if x > 0])
+        log.check_failed(details)
+
+
+def rank_aggregates(ctx, figures, totals=None):
+    """Cross-rank aggregates of this rank's figures, as FINISHED metrics; ``figures``: [(name, value, unit)].
+    Every rank must call it: the values are all-reduced twice (SUM, then MIN), also when world_size is 1.
+    Returns, figure by figure and only when world_size > 1, ``<name>_total`` (the sum over the ranks; only for
+    the names in ``totals``, for all when it is None) and ``<name>_min_rank`` (the lowest value: for a
+    throughput, the slowest rank's)."""
+    values = [value for _, value, _ in figures]
+    sums = ctx.all_reduce(values, "sum")
+    mins = ctx.all_reduce(values, "min")
+    metrics = {}
+    if ctx.world_size > 1:
+        for (name, _, unit), total, low in zip(figures, sums, mins):
+            if totals is None or name in totals:
+                metrics[f"{name}_total"] = {"value": total, "unit": unit}
+            metrics[f"{name}_min_rank"] = {"value": low, "unit": unit}
+    return metrics
 
 
 # --------------------------------------------------------------------------- environment

@@ -18,19 +18,10 @@ ELEM = 4  # int32 elements
 
 
 def read_config(cfg):
-    def int_val(key, v, minimum=1):
-        if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
-            harness.config_error(f"devmem: {key} must be an integer >= {minimum}, got {v!r}")
-        return v
-
-    c = {key: int_val(key, cfg.get(key, d)) for key, d in (("iters", 5), ("repeats", 5))}
-    c["warmup"] = int_val("warmup", cfg.get("warmup", 2), minimum=0)
-    c["seed"] = int_val("seed", cfg.get("seed", 1234), minimum=0)
-    sizes = cfg.get("sizes_mib", [64])
-    sizes = [sizes] if isinstance(sizes, int) and not isinstance(sizes, bool) else sizes
-    if not isinstance(sizes, list) or not sizes:
-        harness.config_error(f"devmem: sizes_mib must be a non-empty list of sizes in MiB, got {sizes!r}")
-    c["sizes_mib"] = sorted({int_val("sizes_mib[]", s) for s in sizes})
+    c = {key: harness.config_int(cfg, "devmem", key, d) for key, d in (("iters", 5), ("repeats", 5))}
+    c["warmup"] = harness.config_int(cfg, "devmem", "warmup", 2, minimum=0)
+    c["seed"] = harness.config_int(cfg, "devmem", "seed", 1234, minimum=0)
+    c["sizes_mib"] = harness.sizes_mib(cfg, "devmem", [64])
     c["capacity_search"] = bool(cfg.get("capacity_search", True))
     c["direct"] = bool(cfg.get("direct", True))
     c["inject_error"] = bool(cfg.get("inject_error", False))
@@ -252,7 +243,7 @@ def main():
         metrics[f"copy_bw_gbs_{s}mib_min"] = {"value": r["gbs_min"], "unit": "GB/s"}
         metrics[f"copy_bw_gbs_{s}mib_max"] = {"value": r["gbs_max"], "unit": "GB/s"}
     metrics["copy_time_ms"] = {"value": per_size[largest]["time_ms"], "unit": "ms"}
-    reduce_vals = [head]
+    per_rank = [("copy_bw_gbs", head, "GB/s")]  # aggregated over the ranks below
     if direct:
         best = max(direct, key=lambda op: direct[op]["gbs"])
         metrics["direct_copy_bw_gbs"] = {"value": direct[best]["gbs"], "unit": "GB/s"}
@@ -264,20 +255,14 @@ def main():
         metrics["mem_total_gib"] = {"value": cap["total_mib"] / 1024, "unit": "GiB"}
         metrics["mem_free_gib"] = {"value": cap["free_mib"] / 1024, "unit": "GiB"}
         metrics["max_alloc_pct_of_total"] = {"value": 100.0 * cap["max_alloc_mib"] / cap["total_mib"], "unit": "%"}
-        reduce_vals.append(cap["max_alloc_mib"] / 1024)
+        per_rank.append(("max_alloc_gib", cap["max_alloc_mib"] / 1024, "GiB"))
     else:
         total, avail = host_memory()
         if total:
             metrics["mem_total_gib"] = {"value": total / GIB, "unit": "GiB"}
         if avail:
             metrics["mem_available_gib"] = {"value": avail / GIB, "unit": "GiB"}
-    sums = ctx.all_reduce(reduce_vals, "sum")
-    mins = ctx.all_reduce(reduce_vals, "min")
-    if ctx.world_size > 1:
-        metrics["copy_bw_gbs_total"] = {"value": sums[0], "unit": "GB/s"}
-        metrics["copy_bw_gbs_min_rank"] = {"value": mins[0], "unit": "GB/s"}
-        if cap is not None:
-            metrics["max_alloc_gib_min_rank"] = {"value": mins[1], "unit": "GiB"}
+    metrics.update(harness.rank_aggregates(ctx, per_rank, totals=("copy_bw_gbs",)))
 
     env = harness.env_info(ctx)
     peak, entry = harness.peak_for(cfg, "mem_bw_gbs", env["device_name"])

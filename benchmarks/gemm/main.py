@@ -90,12 +90,10 @@ def fp8_unsupported(ctx):
 
 def read_config(cfg, ctx):
     def int_val(key, v, minimum=1):
-        if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
-            harness.config_error(f"gemm: {key} must be an integer >= {minimum}, got {v!r}")
-        return v
+        return harness.check_int("gemm", key, v, minimum)
 
     def int_key(key, default, minimum=1):
-        return int_val(key, cfg.get(key, default), minimum)
+        return harness.config_int(cfg, "gemm", key, default, minimum)
 
     c = {key: int_key(key, d) for key, d in
          (("m", 512), ("n", 512), ("k", 512), ("iters", 20), ("repeats", 5), ("check_rows", 64))}

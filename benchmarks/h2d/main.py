@@ -19,19 +19,10 @@ NO_DEVICE = "no accelerator: host-device copies need a GPU"
 
 
 def read_config(cfg):
-    def int_val(key, v, minimum=1):
-        if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
-            harness.config_error(f"h2d: {key} must be an integer >= {minimum}, got {v!r}")
-        return v
-
-    c = {key: int_val(key, cfg.get(key, d)) for key, d in (("iters", 5), ("repeats", 5))}
-    c["warmup"] = int_val("warmup", cfg.get("warmup", 2), minimum=0)
-    c["seed"] = int_val("seed", cfg.get("seed", 1234), minimum=0)
-    sizes = cfg.get("sizes_mib", [1, 16, 64, 256, 1024])
-    sizes = [sizes] if isinstance(sizes, int) and not isinstance(sizes, bool) else sizes
-    if not isinstance(sizes, list) or not sizes:
-        harness.config_error(f"h2d: sizes_mib must be a non-empty list of sizes in MiB, got {sizes!r}")
-    c["sizes_mib"] = sorted({int_val("sizes_mib[]", s) for s in sizes})
+    c = {key: harness.config_int(cfg, "h2d", key, d) for key, d in (("iters", 5), ("repeats", 5))}
+    c["warmup"] = harness.config_int(cfg, "h2d", "warmup", 2, minimum=0)
+    c["seed"] = harness.config_int(cfg, "h2d", "seed", 1234, minimum=0)
+    c["sizes_mib"] = harness.sizes_mib(cfg, "h2d", [1, 16, 64, 256, 1024])
     c["inject_error"] = bool(cfg.get("inject_error", False))
     return c
 
@@ -139,12 +130,7 @@ def main():
         metrics[f"{k}_gbs_max"] = {"value": big[k]["gbs_max"], "unit": "GB/s"}
         for s in sizes:
             metrics[f"{k}_gbs_{s}mib"] = {"value": results[s][k]["gbs"], "unit": "GB/s"}
-    sums = ctx.all_reduce([big[k]["gbs"] for k in keys], "sum")
-    mins = ctx.all_reduce([big[k]["gbs"] for k in keys], "min")
-    if ctx.world_size > 1:
-        for i, k in enumerate(keys):
-            metrics[f"{k}_gbs_total"] = {"value": sums[i], "unit": "GB/s"}
-            metrics[f"{k}_gbs_min_rank"] = {"value": mins[i], "unit": "GB/s"}
+    metrics.update(harness.rank_aggregates(ctx, [(f"{k}_gbs", big[k]["gbs"], "GB/s") for k in keys]))
     env = harness.env_info(ctx)
     ctx.destroy()
     LOG.finished(metric="h2d_pinned_gbs", value=big["h2d_pinned"]["gbs"], unit="GB/s", higher_is_better=True,

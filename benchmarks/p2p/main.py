@@ -1,7 +1,6 @@
 """Point-to-point (send/recv) bandwidth between pairs of ranks over a sweep of message sizes, one direction and
 both at once, with the received data checked; see README.md and docs/benchmarks.md."""
 import os
-import re
 import socket
 import sys
 
@@ -21,84 +20,11 @@ CHUNK = 1 << 24        # elements per step when writing / verifying the check pa
 SKIP_REASON = "p2p needs at least 2 ranks"
 
 
-# ------------------------------------------------------------------------ sizes (same helpers as collectives/main.py)
-
-_SIZE_RE = re.compile(r"^\s*(\d+)\s*([KMGT]?)(?:I?B)?\s*$", re.IGNORECASE)
-_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
-MAX_SIZES = 64
-
-
-def parse_size(v, key):
-    """Bytes from an int or a string like "64K", "1M", "4G", "512", "1MiB" (binary units, as nccl-tests)."""
-    if isinstance(v, bool) or not isinstance(v, (int, str)):
-        harness.config_error(f"{key}: a size must be an integer or a string like '64M', got {v!r}")
-    if isinstance(v, int):
-        n = v
-    else:
-        m = _SIZE_RE.match(v)
-        if not m:
-            harness.config_error(f"{key}: cannot read size {v!r} (examples: 65536, '64K', '1M', '4G')")
-        n = int(m.group(1)) * _UNITS[m.group(2).upper()]
-    if n < 1:
-        harness.config_error(f"{key}: sizes must be >= 1 byte, got {v!r}")
-    return n
-
-
-def size_label(n):
-    """The metric-name form of a byte count: 65536 -> '64K', 1 << 30 -> '1G', 1000 -> '1000B'."""
-    for suffix in ("T", "G", "M", "K"):
-        if n % _UNITS[suffix] == 0:
-            return f"{n // _UNITS[suffix]}{suffix}"
-    return f"{n}B"
-
-
-def read_sizes(cfg, name):
-    """`sizes` (a list) or, when it is null/absent, min_size .. max_size by step_factor; sorted, deduplicated."""
-    sizes = cfg.get("sizes")
-    if sizes is not None:
-        if isinstance(sizes, (str, int)) and not isinstance(sizes, bool):
-            sizes = [sizes]
-        if not isinstance(sizes, list) or not sizes:
-            harness.config_error(f"{name}: sizes must be a non-empty list like ['1M', '64M'] (or null), got {sizes!r}")
-        out = [parse_size(s, f"{name}: sizes") for s in sizes]
-    else:
-        if cfg.get("min_size") is None or cfg.get("max_size") is None:
-            harness.config_error(f"{name}: give sizes (a list) or min_size and max_size")
-        lo, hi = parse_size(cfg["min_size"], f"{name}: min_size"), parse_size(cfg["max_size"], f"{name}: max_size")
-        f = cfg.get("step_factor", 2)
-        if isinstance(f, bool) or not isinstance(f, int) or f < 2:
-            harness.config_error(f"{name}: step_factor must be an integer >= 2, got {f!r}")
-        if lo > hi:
-            harness.config_error(f"{name}: min_size {cfg['min_size']!r} > max_size {cfg['max_size']!r}")
-        out, s = [], lo
-        while s <= hi and len(out) <= MAX_SIZES:
-            out.append(s)
-            s *= f
-    out = sorted(set(out))
-    if len(out) > MAX_SIZES:
-        harness.config_error(f"{name}: at most {MAX_SIZES} sizes, got {len(out)}")
-    return out
-
-
-def int_key(cfg, name, key, default, minimum):
-    v = cfg.get(key, default)
-    if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
-        harness.config_error(f"{name}: {key} must be an integer >= {minimum}, got {v!r}")
-    return v
-
-
-def env_int(name, default):
-    try:
-        return int(os.environ.get(name, default))
-    except ValueError:
-        harness.config_error(f"environment variable {name}={os.environ.get(name)!r} is not an integer")
-
-
 # --------------------------------------------------------------------------- configuration
 
 def read_config(cfg):
     """Pure Python (no torch): the validated case configuration."""
-    c = {"sizes": read_sizes(cfg, "p2p")}
+    c = {"sizes": harness.size_sweep(cfg, "p2p")}
     pairs = cfg.get("pairs", [[0, 1]])
     ok = isinstance(pairs, list) and pairs and all(
         isinstance(p, list) and len(p) == 2 and all(isinstance(x, int) and not isinstance(x, bool) and x >= 0
@@ -115,10 +41,10 @@ def read_config(cfg):
     c["dtype"] = cfg.get("dtype", "fp32")
     if c["dtype"] not in DTYPES:
         harness.config_error(f"p2p: dtype must be one of {sorted(DTYPES)}, got {c['dtype']!r}")
-    c["warmup"] = int_key(cfg, "p2p", "warmup", 5, 0)
-    c["iters"] = int_key(cfg, "p2p", "iters", 20, 1)
-    c["repeats"] = int_key(cfg, "p2p", "repeats", 5, 1)
-    c["seed"] = int_key(cfg, "p2p", "seed", 1234, 0)
+    c["warmup"] = harness.config_int(cfg, "p2p", "warmup", 5, 0)
+    c["iters"] = harness.config_int(cfg, "p2p", "iters", 20, 1)
+    c["repeats"] = harness.config_int(cfg, "p2p", "repeats", 5, 1)
+    c["seed"] = harness.config_int(cfg, "p2p", "seed", 1234, 0)
     c["inject_error"] = bool(cfg.get("inject_error", False))
     return c
 
@@ -204,18 +130,11 @@ def run_one(pair, mode, nbytes, c, ctx, dt, gen, inject_rank):
 
 # --------------------------------------------------------------------------- main
 
-def skip(reason):
-    """SKIPPED on this rank, exit 0: what harness.PerfLog.skipped prints, called before torch is imported
-    (there is no process group to leave yet, and importing torch only to find none costs seconds)."""
-    LOG.event("SKIPPED", reason=str(reason), benchmark=LOG.benchmark)
-    sys.exit(0)
-
-
 def node_of(rank):
     """This rank's node: NODE_RANK (the launcher sets it), else rank // LOCAL_WORLD_SIZE."""
     if os.environ.get("NODE_RANK", "").strip():
-        return env_int("NODE_RANK", 0)
-    lws = env_int("LOCAL_WORLD_SIZE", 0)
+        return harness.env_int("NODE_RANK", 0)
+    lws = harness.env_int("LOCAL_WORLD_SIZE", 0)
     return rank // lws if lws > 0 else None
 
 
@@ -223,9 +142,7 @@ def main():
     global torch, dist
     _args, cfg = harness.parse_args()
     c = read_config(cfg)
-    world_size = env_int("WORLD_SIZE", 1)
-    if world_size < 2:
-        skip(f"{SKIP_REASON} (WORLD_SIZE={world_size})")
+    world_size = harness.skip_below_ranks(LOG, 2, SKIP_REASON)
     skipped = {}
     pairs = []
     for p in c["pairs"]:
@@ -234,7 +151,7 @@ def main():
         else:
             pairs.append(p)
     if not pairs:
-        skip(f"no pair of {c['pairs']} within WORLD_SIZE={world_size}")
+        LOG.skipped(f"no pair of {c['pairs']} within WORLD_SIZE={world_size}")
 
     import torch as _torch
     import torch.distributed as _dist
@@ -242,7 +159,7 @@ def main():
 
     ctx = harness.setup_distributed(cfg)
     rank, n = ctx.rank, ctx.world_size
-    nnodes = env_int("NNODES", 1)
+    nnodes = harness.env_int("NNODES", 1)
     dt_name = c["dtype"]
     dt = getattr(torch, DTYPES[dt_name])
     gen = torch.Generator(device=ctx.device).manual_seed(c["seed"] + rank)
@@ -258,7 +175,7 @@ def main():
     inject_rank = pairs[0][1]
     LOG.event("INIT_END", backend=ctx.backend, device=str(ctx.device), world_size=n)
 
-    labels = {s: size_label(s) for s in c["sizes"]}
+    labels = {s: harness.format_size(s) for s in c["sizes"]}
     if rank == 0:
         print(f"p2p: {n} ranks on {nnodes} node(s), backend {ctx.backend}, device {ctx.device.type}, dtype {dt_name}, "
               f"pairs {[(i['pair'], 'same node' if i['same_node'] else 'cross node') for i in pair_info]}",
@@ -285,10 +202,6 @@ def main():
 
     failures = [{"pair": [k[0], k[1]], "mode": k[2], "size": labels[k[3]], "mismatches": r["bad"]}
                 for k, r in results.items() if r["bad"]]
-    passed = ctx.all_reduce([0.0 if failures else 1.0], "min")[0] > 0
-    per_rank = [0.0] * n
-    per_rank[rank] = float(len(failures))
-    per_rank = ctx.all_reduce(per_rank, "sum")
     details = {
         "world_size": n, "nnodes": nnodes, "backend": ctx.backend, "dtype": dt_name, "modes": c["modes"],
         "sizes": [labels[s] for s in c["sizes"]], "pairs": pair_info, "skipped": skipped,
@@ -299,10 +212,7 @@ def main():
     }
     if c["inject_error"]:
         details["inject_error"] = True
-    if not passed:
-        details.update(failures=failures, failures_per_rank=[int(x) for x in per_rank],
-                       failed_ranks=[i for i, x in enumerate(per_rank) if x > 0])
-        LOG.check_failed(details)
+    harness.check_all_ranks(LOG, ctx, failures, details)
     if not results:
         harness.config_error(f"p2p: every size is too small (skipped: {skipped})")
 

@@ -25,27 +25,22 @@ DEFAULTS = dict(num_classes=10, image_size=32, pattern_size=4, noise_std=0.5, da
 PEAK_KEY = "bf16_tflops"
 
 
+def _value(key, v, default):
+    """A string default takes any value as its string; a number must be a number (an integer for an int default)."""
+    if isinstance(default, str):
+        return str(v)
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        harness.config_error(f"train_cnn: {key} must be a {type(default).__name__}, got {v!r}")
+    if isinstance(default, int) and v != int(v):
+        harness.config_error(f"train_cnn: {key} must be an integer, got {v!r}")
+    return type(default)(v)
+
+
 def read_config(cfg):
-    c = {}
-    for key, default in DEFAULTS.items():
-        v = cfg.get(key, default)
-        if isinstance(default, bool):
-            if not isinstance(v, bool):
-                harness.config_error(f"train_cnn: {key} must be true or false, got {v!r}")
-            c[key] = v
-            continue
-        if isinstance(default, str):
-            c[key] = str(v)
-            continue
-        if isinstance(v, bool) or not isinstance(v, (int, float)):
-            harness.config_error(f"train_cnn: {key} must be a {type(default).__name__}, got {v!r}")
-        if isinstance(default, int) and v != int(v):
-            harness.config_error(f"train_cnn: {key} must be an integer, got {v!r}")
-        c[key] = type(default)(v)
-    for key in ("num_classes", "image_size", "pattern_size", "dataset_size", "eval_size", "width",
-                "blocks_per_stage", "batch_size", "max_steps", "eval_every"):
-        if c[key] < 1:
-            harness.config_error(f"train_cnn: {key} must be >= 1, got {c[key]}")
+    c = harness.typed_config(cfg, DEFAULTS, "train_cnn", _value)
+    harness.require_positive(c, "train_cnn", ("num_classes", "image_size", "pattern_size", "dataset_size",
+                                              "eval_size", "width", "blocks_per_stage", "batch_size", "max_steps",
+                                              "eval_every"))
     if c["num_classes"] < 2:
         harness.config_error(f"train_cnn: num_classes must be >= 2, got {c['num_classes']}")
     if c["image_size"] < 8:

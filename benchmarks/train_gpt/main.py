@@ -21,23 +21,18 @@ DEFAULTS = dict(vocab_size=16, seq_len=64, d_model=64, n_layers=2, n_heads=4, ba
                 inject_error=False)
 
 
+def _value(key, v, default):
+    """The value converted by the default's type (int(v), float(v)); one it cannot convert is a config error."""
+    try:
+        return type(default)(v)
+    except (TypeError, ValueError):
+        harness.config_error(f"train_gpt: {key} must be a {type(default).__name__}, got {v!r}")
+
+
 def read_config(cfg):
-    c = {}
-    for key, default in DEFAULTS.items():
-        v = cfg.get(key, default)
-        if isinstance(default, bool):
-            if not isinstance(v, bool):
-                harness.config_error(f"train_gpt: {key} must be true or false, got {v!r}")
-            c[key] = v
-            continue
-        try:
-            c[key] = type(default)(v)
-        except (TypeError, ValueError):
-            harness.config_error(f"train_gpt: {key} must be a {type(default).__name__}, got {v!r}")
-    for key in ("vocab_size", "seq_len", "d_model", "n_layers", "n_heads", "batch_size", "max_steps",
-                "log_every", "dataset_size", "eval_size"):
-        if c[key] < 1:
-            harness.config_error(f"train_gpt: {key} must be >= 1, got {c[key]}")
+    c = harness.typed_config(cfg, DEFAULTS, "train_gpt", _value)
+    harness.require_positive(c, "train_gpt", ("vocab_size", "seq_len", "d_model", "n_layers", "n_heads",
+                                              "batch_size", "max_steps", "log_every", "dataset_size", "eval_size"))
     if c["d_model"] % c["n_heads"]:
         harness.config_error(f"train_gpt: d_model={c['d_model']} is not divisible by n_heads={c['n_heads']}")
     if c["order"] not in (1, 2):
