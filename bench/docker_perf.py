@@ -15,7 +15,6 @@ one daemon, and shipping measures the bytes through SSH twice (out and back in).
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import statistics
 import sys

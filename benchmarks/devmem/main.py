@@ -45,7 +45,7 @@ def measure_size(size_mib, gen, ctx, c, corrupt):
     n = size_mib * MIB // ELEM
     src = random_nonzero(n, gen, ctx.device)
     dst = torch.zeros_like(src)
-    t = harness.time_fn(lambda: dst.copy_(src), ctx, warmup=c["warmup"], iters=c["iters"], repeats=c["repeats"],
+    t = harness.time_fn(lambda: dst.copy_(src), ctx, warmup=c["warmup"], iters=c["iters"], repeats=c["repeats"],  # noqa: F821 (bound before use)
                         before_repeat=ctx.barrier)  # ranks measure together
     if corrupt:
         dst[n // 2] = 0  # test-only: one wrong element
@@ -84,7 +84,7 @@ def direct_copy(src, ctx, warmup, iters, repeats):
 
     out = {}
     dst = torch.zeros_like(src)
-    sec = timed(lambda: dst.copy_(src))
+    sec = timed(lambda: dst.copy_(src))  # noqa: F821 (bound before use)
     out["copy_"] = (sec, mismatches(dst, src))
     del dst
     holder = {}

@@ -60,7 +60,7 @@ def measure_size(size_mib, gen, ctx, c, corrupt):
         # host -> device: dev starts zeroed (the source has no zero), checked on the device against the
         # independent upload and by checksum against the host reference
         dev = torch.zeros(n, dtype=torch.int32, device=ctx.device)
-        r = timed(lambda: dev.copy_(host, non_blocking=nb))
+        r = timed(lambda: dev.copy_(host, non_blocking=nb))  # noqa: F821 (bound before use)
         ctx.sync()
         if corrupt and pinned:
             dev[n // 2] = 0  # test-only: one wrong element
@@ -72,7 +72,7 @@ def measure_size(size_mib, gen, ctx, c, corrupt):
 
         # device -> host: host zeroed first, checked on the host against the reference
         host.zero_()
-        r = timed(lambda: host.copy_(dev_ref, non_blocking=nb))
+        r = timed(lambda: host.copy_(dev_ref, non_blocking=nb))  # noqa: F821 (bound before use)
         ctx.sync()
         r["checksum_ok"] = checksum(host) == ref_sum
         r["equal"] = bool(torch.equal(host, ref))
