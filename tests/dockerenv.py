@@ -293,16 +293,8 @@ def _mb(image) -> str:
 
 def ensure_base_image(client, tag: str = BASE_TAG, suite: str = BASE_SUITE, mirror: str | None = None):
     """The Debian + Python image ``tag``: cached, else debootstrap a minbase rootfs and import it."""
-    _need_sdk()
-    image = _get_image(client, tag)
-    if image is not None:
-        log(f"base image {tag}: cached ({image.short_id}, {_mb(image)})")
-        return image
-    with _lock():
-        image = _get_image(client, tag)
-        if image is None:
-            image = _build_base_image(client, tag, suite, mirror or os.environ.get("FLAGPERF_DEBIAN_MIRROR"))
-    return image
+    return _cached_or_built(client, "base image", tag, lambda: _build_base_image(
+        client, tag, suite, mirror or os.environ.get("FLAGPERF_DEBIAN_MIRROR")))
 
 
 def _build_base_image(client, tag, suite, mirror):
@@ -373,18 +365,23 @@ def find_torch_wheel(version: str = TORCH_VERSION, wheel_dir: str = WHEEL_DIR, p
 
 def ensure_torch_image(client, tag: str = TORCH_TAG, base: str = BASE_TAG, torch_version: str = TORCH_VERSION):
     """``base`` + the CPU torch wheel, numpy and psutil: cached by tag, else built with the SDK."""
+    def build():
+        if _get_image(client, base) is None:
+            raise DockerEnvError(f"base image {base} missing (ensure_base_image() first)")
+        return _build_torch_image(client, tag, base, torch_version)
+    return _cached_or_built(client, "torch image", tag, build)
+
+
+def _cached_or_built(client, what, tag, build):
+    """The image ``tag`` if the daemon has it, else ``build()`` under the cross-process lock (checked again
+    inside, since another process may have built it meanwhile)."""
     _need_sdk()
     image = _get_image(client, tag)
     if image is not None:
-        log(f"torch image {tag}: cached ({image.short_id}, {_mb(image)})")
+        log(f"{what} {tag}: cached ({image.short_id}, {_mb(image)})")
         return image
     with _lock():
-        image = _get_image(client, tag)
-        if image is None:
-            if _get_image(client, base) is None:
-                raise DockerEnvError(f"base image {base} missing (ensure_base_image() first)")
-            image = _build_torch_image(client, tag, base, torch_version)
-    return image
+        return _get_image(client, tag) or build()
 
 
 def _download_wheels(wheel: Path, dest: Path) -> None:

@@ -85,11 +85,8 @@ class ContainerProcess(Process):
                 self._code = self.container.wait(timeout=3600)["StatusCode"]
                 break
             except (requests.exceptions.ReadTimeout, requests.exceptions.ConnectionError):
-                continue
-            except docker.errors.NotFound:
-                self._code = -1
-                break
-            except docker.errors.APIError:
+                continue                    # a long round outlived one HTTP wait: wait again
+            except docker.errors.APIError:  # gone (NotFound) or the daemon refused: no exit code to read
                 self._code = -1
                 break
         self._done.set()

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.proctable import processes_matching  # noqa: F401 (re-exported for the e2e tests)
 from tests.realparts import unavailable
 
 REPO = Path(__file__).resolve().parents[2]
@@ -76,22 +77,6 @@ def only_run_dir(result):
     runs = sorted(p for p in Path(result).iterdir() if p.name.startswith("run"))
     assert len(runs) == 1, runs
     return runs[0]
-
-
-def processes_matching(text):
-    """pids of live processes whose command line contains text (zombies excluded)."""
-    found = []
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit():
-            continue
-        try:
-            cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            state = (d / "stat").read_text().split(") ")[-1].split()[0]
-        except OSError:
-            continue
-        if text in cmd and state != "Z":
-            found.append(int(d.name))
-    return found
 
 
 def wait_for(predicate, timeout, what):

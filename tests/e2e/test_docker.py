@@ -3,7 +3,6 @@ containers through the SDK (directly for localhost, through the SSH connection f
 
 import json
 import re
-import shutil
 import signal
 import time
 
@@ -13,6 +12,13 @@ from .conftest import materialize, only_run_dir, processes_matching, run_cli, st
 def _docker_conf(tmp_path, env, cases, **extra):
     return write_conf(tmp_path, cases, RUNTIME="docker",
                       DOCKER_BUILD_ARGS=json.dumps({"BASE_IMAGE": env.torch_image}), **extra)
+
+
+def _edit_dockerfile(home, lines):
+    """Append to the cpu vendor's Dockerfile in a materialized FLAGPERF_HOME; returns its folder."""
+    dockerfile = home / "vendors" / "cpu" / "pytorch" / "Dockerfile"
+    dockerfile.write_text(dockerfile.read_text() + "\n" + lines)
+    return dockerfile.parent
 
 
 def _ours(client, run_name):
@@ -42,14 +48,9 @@ def test_docker_run_on_two_ssh_hosts(tmp_path, ssh_bed, docker_clean):
 
 def test_image_reused_unchanged_and_rebuilt_after_edit(tmp_path, flagperf_home, docker_clean):
     env = docker_clean
-    folder = flagperf_home / "vendors" / "cpu" / "pytorch"
-    real = folder.resolve()
-    folder.unlink()
-    shutil.copytree(real, folder)
-    (folder / "Dockerfile").write_text((real / "Dockerfile").read_text() + f"\n# test {time.time()}\n")
     conf = _docker_conf(tmp_path, env, {"sleeper:pytorch:img:1:1:1": "null"})
     flagperf_home = materialize(flagperf_home)
-    folder = flagperf_home / "vendors" / "cpu" / "pytorch"
+    folder = _edit_dockerfile(flagperf_home, f"# test {time.time()}\n")   # a tag no earlier run built
 
     def image_line():
         code, out, err = run_cli(["run", "--config", conf], home=flagperf_home, timeout=600)
@@ -72,14 +73,9 @@ def test_image_reused_unchanged_and_rebuilt_after_edit(tmp_path, flagperf_home, 
 
 def test_failed_build_fails_the_case_with_its_last_lines(tmp_path, flagperf_home, docker_clean):
     env = docker_clean
-    folder = flagperf_home / "vendors" / "cpu" / "pytorch"
-    real = folder.resolve()
-    folder.unlink()
-    shutil.copytree(real, folder)
-    (folder / "Dockerfile").write_text((real / "Dockerfile").read_text() +
-                                       "RUN echo broken-build-marker && exit 42\n")
     conf = _docker_conf(tmp_path, env, {"sleeper:pytorch:bad:1:1:1": "null", "sleeper:pytorch:bare:1:1:1": "null"})
     flagperf_home = materialize(flagperf_home)
+    _edit_dockerfile(flagperf_home, "RUN echo broken-build-marker && exit 42\n")
     code, out, err = run_cli(["run", "--config", conf], home=flagperf_home, timeout=600)
     assert code == 1, out + err
     assert "preparation failed" in out and "broken-build-marker" in out

@@ -2,14 +2,11 @@
 and check their PerfLog output: the FINISHED schema, algbw/busbw as nccl-tests defines them, the checks,
 SKIPPED on one rank and CHECK_FAILED (exit 3) on every rank when one rank's result is corrupted."""
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 import yaml
 
-from tests.unit.test_benchmarks_cpu import BENCH, TIMEOUT_S, check_run, free_port, perflog, run_case
+from tests.unit.test_benchmarks_cpu import BENCH, check_run, free_port, perflog, run_case, run_ranks
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
 UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
@@ -30,30 +27,14 @@ def run_nodes(tmp_path, model, nnodes, overrides=None):
     cfg = yaml.safe_load((BENCH / model / "case_config.yaml").read_text()) or {}
     cfg.update(overrides or {})
     cfg.update(model=model, framework="pytorch", hw="cpu", nnodes=nnodes, nproc=1, data_dir=str(tmp_path))
-    port, procs = free_port(), []
+    port, ranks = free_port(), []
     for r in range(nnodes):
         node_dir = tmp_path / f"node{r}"
         node_dir.mkdir()
         (node_dir / "case_config.json").write_text(json.dumps(cfg))
-        env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE=str(nnodes),
-                   RANK=str(r), LOCAL_RANK="0", LOCAL_WORLD_SIZE="1", NODE_RANK=str(r), NNODES=str(nnodes),
-                   FLAGPERF_VENDOR="cpu", FLAGPERF_DEVICE="cpu", FLAGPERF_DIST_BACKEND="gloo",
-                   OMP_NUM_THREADS="1", CUDA_VISIBLE_DEVICES="")
-        cmd = [sys.executable, "-u", str(BENCH / model / "main.py"), "--case-config",
-               str(node_dir / "case_config.json"), "--data-dir", str(tmp_path), "--result-dir", str(node_dir)]
-        procs.append(subprocess.Popen(cmd, cwd=BENCH / model, env=env, text=True,
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE))
-    results = []
-    try:
-        for p in procs:
-            out, err = p.communicate(timeout=TIMEOUT_S)
-            results.append((p.returncode, out, err))
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-    return results
+        ranks.append((node_dir, dict(WORLD_SIZE=str(nnodes), RANK=str(r), LOCAL_RANK="0", LOCAL_WORLD_SIZE="1",
+                                     NODE_RANK=str(r), NNODES=str(nnodes), MASTER_PORT=str(port))))
+    return run_ranks(model, tmp_path, ranks)
 
 
 def assert_same_everywhere(fins):

@@ -34,12 +34,19 @@ def run_case(tmp_path, model, nproc, overrides=None):
     port = free_port()
     # The launcher sets OMP_NUM_THREADS=max(1, cpu_count // nproc) unless it is set. The tests set 1: on a
     # small noisy VM a 2-thread OpenMP team occasionally stalls a run by 10x, and test time must stay bounded.
+    return run_ranks(model, tmp_path, [
+        (node_dir, dict(RANK=str(r), LOCAL_RANK=str(r), LOCAL_WORLD_SIZE=str(nproc), NODE_RANK="0", NNODES="1",
+                        WORLD_SIZE=str(nproc), MASTER_PORT=str(port)))
+        for r in range(nproc)])
+
+
+def run_ranks(model, tmp_path, ranks):
+    """Start one process of benchmarks/<model>/main.py per (node_dir, env) in ranks, as the node launcher
+    would; wait for all; return [(returncode, stdout, stderr)] in that order."""
     procs = []
-    for r in range(nproc):
-        env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE=str(nproc),
-                   RANK=str(r), LOCAL_RANK=str(r), LOCAL_WORLD_SIZE=str(nproc), NODE_RANK="0", NNODES="1",
-                   FLAGPERF_VENDOR="cpu", FLAGPERF_DEVICE="cpu", FLAGPERF_DIST_BACKEND="gloo",
-                   OMP_NUM_THREADS="1", CUDA_VISIBLE_DEVICES="")
+    for node_dir, rank_env in ranks:
+        env = dict(os.environ, MASTER_ADDR="127.0.0.1", FLAGPERF_VENDOR="cpu", FLAGPERF_DEVICE="cpu",
+                   FLAGPERF_DIST_BACKEND="gloo", OMP_NUM_THREADS="1", CUDA_VISIBLE_DEVICES="", **rank_env)
         cmd = [sys.executable, "-u", str(BENCH / model / "main.py"), "--case-config",
                str(node_dir / "case_config.json"), "--data-dir", str(tmp_path), "--result-dir", str(node_dir)]
         procs.append(subprocess.Popen(cmd, cwd=BENCH / model, env=env, text=True,

@@ -6,29 +6,12 @@ import os
 import socket
 from pathlib import Path
 
+import paramiko
 import pytest
 
-from tests.realparts import unavailable
-
 from tests import sshbed
-
-paramiko = pytest.importorskip("paramiko")
-
-
-def _processes_with(text):
-    """Live (non-zombie) pids whose command line contains text."""
-    found = []
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit():
-            continue
-        try:
-            cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            state = (d / "stat").read_text().rsplit(")", 1)[1].split()[0]
-        except (OSError, IndexError):
-            continue
-        if text in cmd and state != "Z":
-            found.append(int(d.name))
-    return found
+from tests.proctable import processes_matching
+from tests.realparts import unavailable
 
 
 def _alive(pid):
@@ -117,7 +100,7 @@ def test_bed_self_check_files_and_clean_stop(bed, tmp_path):
     client.close()
     held.close()
     assert not _alive(sleeper)
-    assert _processes_with(str(bed.root)) == []
+    assert processes_matching(str(bed.root)) == []
     assert bed.pids() == []
     for h in bed.hosts:
         with pytest.raises(OSError):
