@@ -1,9 +1,9 @@
-# The two commands of the README.
+# The two commands of the README. scripts/setup.sh prints the interpreter to use: the active one when it has
+# everything (nothing is installed), else ./.venv. flagperf runs from this checkout as `python -m flagperf`.
 .PHONY: run test
-run:            ## set up .venv, then run the embedded default (localhost) test config
-	scripts/setup.sh
-	.venv/bin/flagperf run --config configs/test_conf.yaml
+run:            ## set up, then run the embedded default test config (configs/test_conf.yaml, localhost)
+	py="$$(scripts/setup.sh)" && "$$py" -m flagperf run
 
-test:           ## set up .venv with the test tools, then run every test
-	scripts/setup.sh --test
-	.venv/bin/python -m pytest -q tests
+test:           ## set up with the test tools, then lint, type-check and run every test
+	py="$$(scripts/setup.sh --test)" && "$$py" -m ruff check . && "$$py" -m mypy && \
+	PYTHONPATH="$(CURDIR)$${PYTHONPATH:+:$$PYTHONPATH}" "$$py" -m pytest -q tests

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Performance of the docker runtime on real parts: 2 OpenSSH hosts on loopback (tests/sshbed.py), a real
+"""Performance of the docker runtime on real parts: 2 OpenSSH hosts on loopback (testbed/sshbed.py), a real
 Docker engine reached through each host's SSH connection, the cpu vendor image. Prints its figures.
 
   1. image preparation on 2 hosts: cold (a tag no daemon has) and warm (the tag is there)
@@ -26,7 +26,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from tests import dockerenv, sshbed  # noqa: E402
+from testbed import dockerenv, sshbed  # noqa: E402
 
 
 def prep_images(bed, env, root, repeat):

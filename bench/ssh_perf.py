@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Performance of the SSH paths, on real OpenSSH servers on loopback (tests/sshbed.py). Prints its figures.
+"""Performance of the SSH paths, on real OpenSSH servers on loopback (testbed/sshbed.py). Prints its figures.
 
   1. `flagperf check` on 1, 16 and 32 hosts (target: 32 hosts within 1.5x of 1 host)
   2. orchestration overhead of one round on 4 hosts: round wall time minus the ranks' own run time
@@ -26,7 +26,7 @@ REPO = Path(__file__).resolve().parents[1]
 LAST_CPU = 0.0
 sys.path.insert(0, str(REPO))
 
-from tests import sshbed  # noqa: E402
+from testbed import sshbed  # noqa: E402
 
 
 def children_cpu() -> float:

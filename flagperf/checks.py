@@ -1,37 +1,34 @@
-"""Host health checks: connect to every host in parallel, probe it, give each a typed outcome and a remedy.
+"""Host health checks: typed outcomes with a one-line remedy each, and the pure reading of a probe's answer.
 
 Outcomes: ok, connection_refused, timeout, auth_failed, unknown_host_key, changed_host_key, unreachable,
-deploy_path_missing, python_missing, python_too_old, torch_missing, low_disk, log_path_not_writable,
-too_few_accelerators, error.
+deploy_failed, deploy_path_missing, python_missing, python_too_old, torch_missing, vendor_unusable, low_disk,
+log_path_not_writable, too_few_accelerators, error. Backends connect and probe (``flagperf.backends``); this
+module only judges what they found.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
-from pathlib import PurePosixPath
 
-from flagperf.hosts import HostError, open_transport
-from flagperf.hosts.fanout import fan_out
-
-MIN_PYTHON = (3, 8)
+MIN_PYTHON = (3, 9)             # os.waitstatus_to_exitcode in the node launcher
 MIN_FREE_BYTES = 1 << 30
-MAX_PARALLEL = 32
 REMEDIES = {
     "connection_refused": "start sshd on the host or fix SSH_PORT",
-    "timeout": "check that the host is up and that a firewall lets SSH through",
+    "timeout": "check that the host is up and answers (firewall, load); the message says which step timed out",
     "auth_failed": "fix SSH_USER / SSH_KEY, or add the key to the host's authorized_keys",
     "unknown_host_key": "verify the fingerprint and add it to KNOWN_HOSTS, or pass --accept-new-host-keys",
     "changed_host_key": "find out why the key changed; if the host was reinstalled, remove its old entry "
                         "from KNOWN_HOSTS",
     "unreachable": "fix the address in the cluster config",
+    "deploy_failed": "make FLAGPERF_PATH on the host writable with enough space, then run again",
     "deploy_path_missing": "run `flagperf deploy` (flagperf run deploys by itself)",
     "python_missing": "install Python 3 there or set PYTHON for the host",
-    "python_too_old": "point PYTHON at Python >= 3.8",
+    "python_too_old": "point PYTHON at Python >= 3.9",
     "torch_missing": "install torch for that interpreter (README: set-up) or set PYTHON",
+    "vendor_unusable": "install what the vendor profile needs on the host, or pick another VENDOR",
     "low_disk": "free at least 1 GiB under the result directory",
     "log_path_not_writable": "make the result directory writable for the SSH user",
-    "too_few_accelerators": "lower nproc or use hosts with more accelerators",
+    "too_few_accelerators": "lower nproc (or use auto) or use hosts with more accelerators",
     "error": "see the message",
 }
 
@@ -48,6 +45,17 @@ class HostCheck:
     def ok(self) -> bool:
         return self.outcome == "ok"
 
+    @property
+    def accelerators(self) -> int | None:
+        """The accelerators the probe counted on the host (None: not probed)."""
+        if not self.info:
+            return None
+        acc = self.info.get("accelerators")
+        if isinstance(acc, dict) and isinstance(acc.get("count"), int):
+            return acc["count"]
+        gpus = self.info.get("gpus")
+        return gpus if isinstance(gpus, int) else None
+
 
 def failed(host: str, outcome: str, detail: str, info=None) -> HostCheck:
     return HostCheck(host, outcome, detail, REMEDIES.get(outcome, ""), info)
@@ -62,95 +70,76 @@ def unique_hosts(hosts) -> list:
     return out
 
 
-def connect_hosts(config, hosts, *, accept_new_host_keys=False, deadline_s=60.0):
-    """Open one transport per host in parallel: ({address: transport}, [failed HostCheck])."""
-    outcomes = fan_out(unique_hosts(hosts),
-                       lambda h: open_transport(h, config.cluster, accept_new_host_keys=accept_new_host_keys),
-                       deadline_s=deadline_s, max_workers=MAX_PARALLEL)
-    transports, failures = {}, []
-    for o in outcomes:
-        if o.ok:
-            transports[o.key.address] = o.value
-        elif "no answer within" in o.error:
-            failures.append(failed(o.key.address, "timeout", o.error))
-        else:
-            failures.append(failed(o.key.address, getattr(o.exc, "kind", "error"), o.error))
-    return transports, failures
-
-
-def probe_hosts(config, transports: dict, hosts, need_nproc=None, *, source_root=None, deadline_s=120.0) -> list:
-    """Probe every connected host in parallel (Python, deploy path, torch, disk, accelerators)."""
-    from flagperf.plan import host_result_root
-    need_nproc = need_nproc or {}
-    root = source_root or config.source_root
-    probe_source = (root / "launcher" / "probe.py").read_text(encoding="utf-8")
-    todo = [h for h in unique_hosts(hosts) if h.address in transports]
-    outcomes = fan_out(todo, lambda h: _probe_one(config, transports[h.address], h, need_nproc.get(h.address, 0),
-                                                  probe_source, str(host_result_root(h, config))),
-                       deadline_s=deadline_s, max_workers=MAX_PARALLEL)
-    return [o.value if o.ok else failed(o.key.address, "timeout" if "no answer" in o.error else "error", o.error)
-            for o in outcomes]
-
-
-def check_hosts(config, hosts=None, *, need_nproc=None, accept_new_host_keys=False) -> list:
-    """`flagperf check`: connect and probe every host; one HostCheck per host, in cluster order."""
-    hosts = unique_hosts(hosts if hosts is not None else config.cluster.hosts)
-    transports, failures = connect_hosts(config, hosts, accept_new_host_keys=accept_new_host_keys)
-    try:
-        results = {c.host: c for c in failures}
-        results.update({c.host: c for c in probe_hosts(config, transports, hosts, need_nproc)})
-    finally:
-        for t in transports.values():
-            t.close()
-    return [results[h.address] for h in hosts]
-
-
 def needed_accelerators(config) -> dict:
-    need = {}
+    """{address: accelerators the cases need there}; a case with nproc auto needs at least 1 (none on CPU)."""
+    need: dict = {}
     for case in config.test.cases:
+        n = case.nproc if case.nproc is not None else (0 if config.vendor.device == "cpu" else 1)
         for host in config.cluster.hosts[:case.nnodes]:
-            need[host.address] = max(need.get(host.address, 0), case.nproc)
+            need[host.address] = max(need.get(host.address, 0), n)
     return need
 
 
-def _probe_one(config, tr, host, nproc, probe_source, result_root) -> HostCheck:
-    name = host.address
-    fp = host.flagperf_path
-    launcher_dir = str(PurePosixPath(fp) / "launcher")
+def probe_failure(name: str, python: str, exc_kind: str, message: str) -> HostCheck:
+    """The check for a probe that could not be run at all (HostError of kind exc_kind)."""
+    if exc_kind == "timeout":
+        return failed(name, "timeout", f"the probe ({python}) did not finish: {message}")
+    if exc_kind == "not_found":
+        return failed(name, "python_missing", message)
+    return failed(name, "error", message)
+
+
+def interpret_probe(name: str, python: str, returncode: int, stdout: str, stderr: str, *, fp: str,
+                    launcher_dir: str, result_root: str, need: int, vendor, runtime: str) -> HostCheck:
+    """Judge the output of launcher/probe.py on one host. Pure: no I/O."""
+    import json
+    if returncode == 127:
+        return failed(name, "python_missing", f"{python}: {(stderr or stdout).strip()[-200:]}")
+    if returncode != 0:
+        if "SyntaxError" in stderr:
+            return failed(name, "python_too_old", f"{python} cannot run the probe: {stderr.strip()[-120:]}")
+        return failed(name, "error", f"probe failed (exit {returncode}): {stderr.strip()[-300:]}")
     try:
-        r = tr.run([host.python, "-c", probe_source, "--path", fp, "--path", launcher_dir, "--path", result_root],
-                   timeout=60)
-    except HostError as exc:
-        if exc.kind in ("command_failed", "error") or "not found" in str(exc):
-            return failed(name, "python_missing", str(exc))
-        raise
-    if r.returncode == 127:
-        return failed(name, "python_missing", f"{host.python}: {(r.stderr or r.stdout).strip()[-200:]}")
-    if not r.ok:
-        if "SyntaxError" in r.stderr:
-            return failed(name, "python_too_old", f"{host.python} cannot run the probe: {r.stderr.strip()[-120:]}")
-        return failed(name, "error", f"probe failed: {r.stderr.strip()[-300:]}")
-    info = json.loads(r.stdout)
-    version = tuple(info["python"][:2])
+        info = json.loads(stdout)
+        version = tuple(info["python"][:2])
+        paths = info["paths"]
+    except (ValueError, KeyError, TypeError) as exc:
+        return failed(name, "error", f"the probe's answer is not readable ({type(exc).__name__}: {exc}): "
+                                     f"{stdout.strip()[:200]!r}")
     if version < MIN_PYTHON:
-        return failed(name, "python_too_old", f"{host.python} is Python {'.'.join(map(str, info['python']))}")
-    paths = info["paths"]
-    if not paths[fp]["exists"] or not paths[launcher_dir]["exists"]:
+        return failed(name, "python_too_old", f"{python} is Python {'.'.join(map(str, info['python']))}")
+    if not paths.get(fp, {}).get("exists") or not paths.get(launcher_dir, {}).get("exists"):
         return failed(name, "deploy_path_missing", f"{fp} holds no flagperf tree", info)
-    if not paths[result_root]["writable"]:
+    root = paths.get(result_root, {})
+    if not root.get("writable"):
         return failed(name, "log_path_not_writable", f"cannot write under {result_root}", info)
-    free = paths[result_root]["free_bytes"] or 0
+    free = root.get("free_bytes") or 0
     if free < MIN_FREE_BYTES:
         return failed(name, "low_disk", f"{free // (1 << 20)} MiB free under {result_root}", info)
-    if info.get("torch") is None:
-        return failed(name, "torch_missing", f"{host.python} cannot import torch: {info.get('torch_error')}", info)
-    if config.vendor.device == "cuda":
-        have = max(info.get("gpus") or 0, 0)
-        if have < nproc:
-            return failed(name, "too_few_accelerators", f"{have} CUDA device(s), the cases need {nproc}", info)
-        detail = f"{have} GPU(s)"
+    in_container = runtime == "docker"
+    if info.get("torch") is None and not in_container:
+        return failed(name, "torch_missing", f"{python} cannot import torch: {info.get('torch_error')}", info)
+    why = _vendor_problem(vendor, info, runtime)
+    if why:
+        return failed(name, "vendor_unusable", f"vendor {vendor.name}: {why}", info)
+    check = HostCheck(name, "ok", "", "", info)
+    have = check.accelerators or 0
+    if vendor.device != "cpu":
+        if have < need:
+            return failed(name, "too_few_accelerators",
+                          f"{have} {vendor.torch_device or vendor.device} device(s), the cases need {need}", info)
+        what = f"{have} accelerator(s)"
     else:
-        detail = f"{info['cpu_count']} CPU(s)"
-    detail = f"python {'.'.join(map(str, info['python']))}, torch {info['torch']}, {detail}, " \
-             f"{free / (1 << 30):.0f} GiB free"
+        what = f"{info.get('cpu_count')} CPU(s)"
+    torch = "torch in the image" if in_container else f"torch {info.get('torch')}"
+    detail = f"python {'.'.join(map(str, info['python']))}, {torch}, {what}, {free / (1 << 30):.0f} GiB free"
     return HostCheck(name, "ok", detail, "", info)
+
+
+def _vendor_problem(vendor, info, runtime) -> str | None:
+    """Why the vendor profile cannot run on this host, from the probe's answer (None: it can)."""
+    try:
+        from flagperf.vendors import usable_on_host
+    except ImportError:
+        return None
+    return usable_on_host(vendor, info, runtime)

@@ -74,20 +74,24 @@ def run(config_path, cluster_path, accept_new_host_keys, dry_run):
         _exit_config(exc)
     console = _console()
     if dry_run:
+        import logging
+
+        from flagperf.backends import backend_class
         from flagperf.render import plan_lines
-        for line in plan_lines(plan):
+        backend = backend_class(cfg.cluster.scheduler)(cfg, logging.getLogger("flagperf.dry-run"))
+        for line in plan_lines(plan, backend):
             console.print(line, markup=False)
         sys.exit(EXIT_OK)
     from flagperf.pipeline import Run
-    from flagperf.render import summary_table
+    from flagperf.reporters import reporter
 
     def say(msg):
         from datetime import datetime
         console.print(f"[dim]{datetime.now():%H:%M:%S}[/] {msg}", markup=True, highlight=False) \
             if "[" not in msg else console.print(f"{datetime.now():%H:%M:%S} {msg}", markup=False)
 
-    runner = Run(plan, say=say, accept_new_host_keys=accept_new_host_keys)
     try:
+        runner = Run(plan, say=say, accept_new_host_keys=accept_new_host_keys)
         code = runner.execute()
     except KeyboardInterrupt:
         sys.exit(EXIT_INTERRUPTED)
@@ -97,10 +101,8 @@ def run(config_path, cluster_path, accept_new_host_keys, dry_run):
         logging.getLogger(f"flagperf.run.{plan.run_id}").error(traceback.format_exc())
         _console(stderr=True).print(f"flagperf: internal error: {type(exc).__name__}: {exc}", markup=False)
         sys.exit(EXIT_INTERNAL)
-    summary = getattr(runner, "summary", None)
-    if summary is not None:
-        console.print(summary_table(summary))
-        console.print(f"results: {plan.run_dir}", markup=False)
+    console.print(reporter("terminal").render(runner.summary))
+    console.print(f"results: {plan.run_dir}", markup=False)
     sys.exit(code)
 
 
@@ -109,13 +111,25 @@ def run(config_path, cluster_path, accept_new_host_keys, dry_run):
 @cluster_option
 @accept_option
 def check(config_path, cluster_path, accept_new_host_keys):
-    """Check every host in parallel: SSH, host key, Python, deploy path, torch, disk, accelerators."""
+    """Check every host in parallel: SSH, host key, Python, deploy path, torch, disk, vendor, accelerators."""
     cfg = _load(config_path, cluster_path)
-    from flagperf.checks import check_hosts, needed_accelerators
+    from flagperf.checks import needed_accelerators
+    from flagperf.pipeline import check_hosts
     from flagperf.render import check_table
-    results = check_hosts(cfg, need_nproc=needed_accelerators(cfg), accept_new_host_keys=accept_new_host_keys)
+    backend = _backend(cfg, accept_new_host_keys)
+    try:
+        results = check_hosts(backend, cfg.cluster.hosts, needed_accelerators(cfg), deploy=False)
+    finally:
+        backend.close()
     _console().print(check_table(results))
     sys.exit(EXIT_OK if all(r.ok for r in results) else EXIT_HOSTS)
+
+
+def _backend(cfg, accept_new_host_keys):
+    import logging
+
+    from flagperf.backends import open_backend
+    return open_backend(cfg, logging.getLogger("flagperf.cli"), accept_new_host_keys=accept_new_host_keys)
 
 
 @main.command()
@@ -123,23 +137,20 @@ def check(config_path, cluster_path, accept_new_host_keys):
 @cluster_option
 @accept_option
 def deploy(config_path, cluster_path, accept_new_host_keys):
-    """Sync benchmarks/, vendors/, launcher/ and monitors/ to every host's FLAGPERF_PATH (only what differs)."""
+    """Sync benchmarks/, vendors/, launcher/, monitors/ and the contract module to every host's FLAGPERF_PATH
+    (only what differs)."""
     cfg = _load(config_path, cluster_path)
     from rich.table import Table
 
-    from flagperf.checks import connect_hosts, unique_hosts
-    from flagperf.deploy import deploy_host, local_manifest
-    from flagperf.hosts.fanout import fan_out
+    from flagperf.checks import unique_hosts
     hosts = unique_hosts(cfg.cluster.hosts)
-    transports, failures = connect_hosts(cfg, hosts, accept_new_host_keys=accept_new_host_keys)
-    manifest = local_manifest(cfg.source_root)
+    backend = _backend(cfg, accept_new_host_keys)
     try:
-        outcomes = fan_out([h for h in hosts if h.address in transports],
-                           lambda h: deploy_host(transports[h.address], cfg.source_root, manifest), deadline_s=3600)
+        failures = backend.connect(hosts)
+        outcomes = backend.deploy(hosts)
     finally:
-        for t in transports.values():
-            t.close()
-    table = Table(title=f"deploy ({len(manifest)} files)")
+        backend.close()
+    table = Table(title="deploy")
     for col in ("host", "path", "result"):
         table.add_column(col)
     for f in failures:
@@ -191,15 +202,14 @@ def clean(config_path, cluster_path, accept_new_host_keys, run_id):
     cfg = _load(config_path, cluster_path)
     from rich.table import Table
 
-    from flagperf.checks import connect_hosts, unique_hosts
-    from flagperf.runtimes.docker import clean as clean_containers
-    transports, failures = connect_hosts(cfg, unique_hosts(cfg.cluster.hosts),
-                                         accept_new_host_keys=accept_new_host_keys)
+    from flagperf.checks import unique_hosts
+    hosts = unique_hosts(cfg.cluster.hosts)
+    backend = _backend(cfg, accept_new_host_keys)
     try:
-        removed = clean_containers(transports, run_id)
+        failures = backend.connect(hosts)
+        removed = backend.clean(hosts, run_id)
     finally:
-        for t in transports.values():
-            t.close()
+        backend.close()
     table = Table(title="clean" + (f" {run_id}" if run_id else ""))
     table.add_column("host")
     table.add_column("removed")
@@ -221,35 +231,30 @@ def clean(config_path, cluster_path, accept_new_host_keys, run_id):
 @config_option
 @click.option("--markdown", "as_markdown", is_flag=True, help="Print the Markdown report instead of the table.")
 def report(run_dir, config_path, as_markdown):
-    """Show a run (default: the latest under FLAGPERF_LOG_PATH): the table and every failure; (re)writes report.md."""
-    import json
-
+    """Show a run (default: the latest under FLAGPERF_LOG_PATH): the table and every failure; (re)writes its
+    reports (report.md)."""
     from flagperf.collect import latest_run
-    from flagperf.render import summary_table
-    from flagperf.results.report import markdown
+    from flagperf.reporters import reporter, write_reports
+    from flagperf.results.summary import Summary, SummaryError
     try:
         if run_dir is None:
             run_dir = latest_run(_load(config_path, None).test.log_path)
-        summary = json.loads((Path(run_dir) / "summary.json").read_text(encoding="utf-8"))
+        summary = Summary.load(Path(run_dir) / "summary.json")
     except ConfigError as exc:
         _exit_config(exc, prefix="")
-    except (OSError, ValueError) as exc:
-        _exit_config(ConfigError(f"{run_dir}: no readable summary.json ({exc})"), prefix="")
-    text = markdown(summary)
-    (Path(run_dir) / "report.md").write_text(text, encoding="utf-8")
+    except SummaryError as exc:
+        _exit_config(ConfigError(str(exc)), prefix="")
+    written = write_reports(summary, run_dir)
     console = _console()
     if as_markdown:
-        console.print(text, markup=False)
+        console.print(reporter("markdown").render(summary), markup=False)
         return
-    console.print(summary_table(summary))
-    for case in summary["cases"]:
-        for r in case["rounds"]:
-            f = r.get("failure")
-            if f:
-                console.print(f"{case['name']} round {r['round']}: {r['status']}: {f.get('reason', '')}", markup=False)
-                for line in f.get("last_lines") or []:
-                    console.print(f"    | {line}", markup=False)
-    console.print(f"report: {Path(run_dir) / 'report.md'}", markup=False)
+    terminal = reporter("terminal")
+    console.print(terminal.render(summary))
+    for line in terminal.failure_lines(summary):
+        console.print(line, markup=False)
+    for name, where in written:
+        console.print(f"report {name}: {where}", markup=False)
 
 
 @main.command("list")
@@ -257,30 +262,23 @@ def list_cmd():
     """List the benchmarks and vendors this tree provides."""
     from rich.table import Table
 
+    from flagperf.catalog import benchmark_description, benchmark_names
     from flagperf.vendors import load_vendor, vendor_names
     console = _console()
-    table = Table(title="benchmarks")
+    table = Table(title=f"benchmarks ({SOURCE_ROOT / 'benchmarks'})")
     table.add_column("model")
     table.add_column("description")
-    for main_py in sorted((SOURCE_ROOT / "benchmarks").glob("*/main.py")):
-        table.add_row(main_py.parent.name, _description(main_py.parent / "case_config.yaml"))
+    for name in benchmark_names(SOURCE_ROOT):
+        table.add_row(name, benchmark_description(SOURCE_ROOT, name))
     console.print(table)
     table = Table(title="vendors")
-    for col in ("vendor", "frameworks", "device", "backend", "description"):
+    for col in ("vendor", "frameworks", "device", "backend", "tested", "description"):
         table.add_column(col)
     for name in vendor_names(SOURCE_ROOT):
         profile, problems = load_vendor(SOURCE_ROOT, name)
         if profile is None:
-            table.add_row(name, "-", "-", "-", f"[red]invalid: {problems[0]}[/]")
+            table.add_row(name, "-", "-", "-", "-", f"[red]invalid: {problems[0]}[/]")
         else:
-            table.add_row(name, ", ".join(profile.frameworks), profile.device, profile.dist_backend,
-                          profile.description)
+            table.add_row(name, ", ".join(profile.frameworks), profile.torch_device or profile.device,
+                          profile.dist_backend, "yes" if profile.tested else "no", profile.description)
     console.print(table)
-
-
-def _description(path: Path) -> str:
-    try:
-        first = path.read_text(encoding="utf-8").splitlines()[0]
-    except (OSError, IndexError):
-        return ""
-    return first.lstrip("#").strip() if first.startswith("#") else ""

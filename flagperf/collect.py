@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 
-from flagperf.checks import connect_hosts
+from flagperf.backends import BackendError, backend_class, backend_names
 from flagperf.config import ClusterConfig, HostSpec
 from flagperf.errors import ConfigError
 from flagperf.hosts import HostError
 from flagperf.hosts.fanout import fan_out
+
+RUN_SCHEMA = "flagperf.run/1"
 
 
 @dataclass(frozen=True)
@@ -25,6 +28,16 @@ class HostCollect:
     @property
     def ok(self) -> bool:
         return not self.error
+
+
+@dataclass(frozen=True)
+class CollectTarget:
+    """A node directory of a past run, as run.json recorded it (what Backend.collect reads of a NodePlan)."""
+
+    host: HostSpec
+    node_dir: str
+    local_dir: Path
+    label: str
 
 
 def latest_run(log_path: Path) -> Path:
@@ -42,41 +55,59 @@ def load_run_record(run_dir: Path) -> dict:
         raise ConfigError(f"{path}: not found; is {run_dir} a flagperf run directory?") from None
     except (OSError, ValueError) as exc:
         raise ConfigError(f"{path}: unreadable: {exc}") from None
-    if rec.get("schema") != "flagperf.run/1" or not isinstance(rec.get("nodes"), list):
-        raise ConfigError(f"{path}: expected a flagperf.run/1 record with nodes")
+    if not isinstance(rec, dict) or rec.get("schema") != RUN_SCHEMA or not isinstance(rec.get("nodes"), list) \
+            or not isinstance(rec.get("hosts"), list):
+        raise ConfigError(f"{path}: expected a {RUN_SCHEMA} record with hosts and nodes")
     return rec
 
 
-def collect_run(run_dir: Path, *, accept_new_host_keys: bool = False) -> list:
+def _safe_local_dir(run_dir: Path, rel) -> Path:
+    """A node's directory on the driver, which must lie inside the run directory (run.json is not trusted)."""
+    target = (run_dir / str(rel)).resolve()
+    if not str(rel) or Path(str(rel)).is_absolute() or run_dir.resolve() not in target.parents:
+        raise ConfigError(f"{run_dir / 'run.json'}: node directory {rel!r} is outside the run directory")
+    return target
+
+
+def collect_run(run_dir: Path, *, accept_new_host_keys: bool = False, log=None) -> list:
     """Fetch every node directory of the run that is missing (or incomplete) on the driver, per host."""
     run_dir = Path(run_dir)
     rec = load_run_record(run_dir)
-    hosts = [HostSpec(h["HOST"], h.get("SSH_PORT"), h.get("SSH_USER"), h.get("SSH_KEY"), h.get("PYTHON") or
-                      "python3", h.get("FLAGPERF_PATH") or "") for h in rec.get("hosts", [])]
-    config = SimpleNamespace(cluster=ClusterConfig(None, tuple(hosts), rec.get("known_hosts", ""), 0))
-    transports, failures = connect_hosts(config, hosts, accept_new_host_keys=accept_new_host_keys)
-    results = {f.host: HostCollect(f.host, 0, 0, 0, f"{f.outcome}: {f.detail}") for f in failures}
+    try:
+        hosts = [HostSpec(h["HOST"], h.get("SSH_PORT"), h.get("SSH_USER"), h.get("SSH_KEY"),
+                          h.get("PYTHON") or "python3", h.get("FLAGPERF_PATH") or "") for h in rec["hosts"]]
+        by_address = {h.address: h for h in hosts}
+        targets = [CollectTarget(by_address[n["host"]], n["node_dir"], _safe_local_dir(run_dir, n["local_dir"]),
+                                 n.get("node", n["host"])) for n in rec["nodes"]]
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise ConfigError(f"{run_dir / 'run.json'}: a host or node entry is incomplete ({exc})") from None
+    name = rec.get("backend") or "ssh"
+    if name not in backend_names():
+        raise ConfigError(f"{run_dir / 'run.json'}: backend {name!r} is not known to this flagperf")
+    config = SimpleNamespace(cluster=ClusterConfig(None, tuple(hosts), rec.get("known_hosts", ""), 0),
+                             test=SimpleNamespace(runtime="bare"))
+    backend = backend_class(name)(config, log or logging.getLogger("flagperf.collect"),
+                                  accept_new_host_keys=accept_new_host_keys)
+    results = {f.host: HostCollect(f.host, 0, 0, 0, f"{f.outcome}: {f.detail}") for f in backend.connect(hosts)}
 
     def fetch(host):
-        tr = transports[host.address]
-        nodes = [n for n in rec["nodes"] if n["host"] == host.address]
+        mine = [t for t in targets if t.host.address == host.address]
         files = size = 0
-        for n in nodes:
+        for t in mine:
             try:
-                f, b = tr.fetch_tree(n["node_dir"], run_dir / n["local_dir"])
-            except HostError as exc:
+                f, b = backend.collect(t)
+            except (HostError, BackendError) as exc:
                 if "No such file" in str(exc) or "does not exist" in str(exc):
                     continue              # that round never started on this node
                 raise
             files += f
             size += b
-        return HostCollect(host.address, len(nodes), files, size)
+        return HostCollect(host.address, len(mine), files, size)
 
     try:
-        todo = [h for h in hosts if h.address in transports]
+        todo = [h for h in hosts if h.address not in results]
         for o in fan_out(todo, fetch, deadline_s=3600):
             results[o.key.address] = o.value if o.ok else HostCollect(o.key.address, 0, 0, 0, o.error)
     finally:
-        for t in transports.values():
-            t.close()
+        backend.close()
     return [results[h.address] for h in hosts]

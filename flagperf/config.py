@@ -7,23 +7,20 @@ the line where YAML gives one, the key, and what was expected.
 from __future__ import annotations
 
 import difflib
-import os
 import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from flagperf.backends import backend_names, registration
+from flagperf.catalog import benchmark_names
 from flagperf.container_opts import merge, translate_container_opt
 from flagperf.errors import ConfigError
+from flagperf.paths import SOURCE_ROOT, default_log_path
 from flagperf.vendors import ContainerSpec, VendorProfile, detect_vendor, load_vendor, vendor_names
 from flagperf.yamlio import LineMap, load_yaml_file, where
 
-# The tree the driver reads benchmarks/, vendors/, launcher/ and monitors/ from: the checkout flagperf is
-# installed from, or FLAGPERF_HOME.
-SOURCE_ROOT = Path(os.environ.get("FLAGPERF_HOME") or Path(__file__).resolve().parent.parent).resolve()
 LOCALHOST = "localhost"
-RUNTIMES_KNOWN = ("docker", "bare")
-RUNTIMES_AVAILABLE = ("docker", "bare")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
 TEST_KEYS = (
@@ -31,7 +28,7 @@ TEST_KEYS = (
     "CLEAR_CACHES", "ACCE_CONTAINER_OPT", "ACCE_VISIBLE_DEVICE_ENV_NAME", "PIP_SOURCE", "CLUSTER", "CASES",
     "MONITOR_INTERVAL", "CASE_TIMEOUT", "DOCKER_BUILD_ARGS", "EXTRA_CA_BUNDLE",
 )
-CLUSTER_KEYS = ("HOSTS", "SSH_PORT", "SSH_USER", "SSH_KEY", "KNOWN_HOSTS", "MASTER_PORT", "PYTHON")
+CLUSTER_KEYS = ("SCHEDULER", "HOSTS", "SSH_PORT", "SSH_USER", "SSH_KEY", "KNOWN_HOSTS", "MASTER_PORT", "PYTHON")
 HOST_KEYS = ("HOST", "SSH_PORT", "SSH_USER", "SSH_KEY", "PYTHON", "FLAGPERF_PATH")
 
 
@@ -42,7 +39,7 @@ class CaseSpec:
     framework: str
     hw: str
     nnodes: int
-    nproc: int
+    nproc: int | None           # None: "auto", every accelerator of a node (resolved by the plan)
     repeat: int
     data_dir: str | None = None
 
@@ -61,16 +58,20 @@ class CaseSpec:
                 raise ValueError(f"{name} is empty")
             if not re.fullmatch(r"[A-Za-z0-9_.+-]+", value):
                 raise ValueError(f"{name} {value!r} may hold only letters, digits and _ . + -")
-        numbers = []
+        numbers: list = []
         for name, value in zip(cls.FIELDS[3:], parts[3:]):
+            if name == "nproc" and value.lower() == "auto":
+                numbers.append(None)
+                continue
             if not re.fullmatch(r"[0-9]+", value) or int(value) < 1:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+                more = " or auto" if name == "nproc" else ""
+                raise ValueError(f"{name} must be a positive integer{more}, got {value!r}")
             numbers.append(int(value))
         return cls(key, *parts[:3], *numbers, data_dir=data_dir)
 
     @property
     def name(self) -> str:
-        return f"{self.model}-{self.framework}-{self.hw}-{self.nnodes}x{self.nproc}"
+        return f"{self.model}-{self.framework}-{self.hw}-{self.nnodes}x{'auto' if self.nproc is None else self.nproc}"
 
 
 @dataclass(frozen=True)
@@ -93,6 +94,7 @@ class ClusterConfig:
     hosts: tuple
     known_hosts: str
     master_port: int
+    scheduler: str = "ssh"      # the backend (flagperf.backends registry) that runs the rounds
 
 
 @dataclass(frozen=True)
@@ -153,6 +155,7 @@ class Config:
                 ],
                 "KNOWN_HOSTS": c.known_hosts,
                 "MASTER_PORT": c.master_port,
+                "SCHEDULER": c.scheduler,
             },
         }
 
@@ -256,14 +259,14 @@ def load_config(test_path, cluster_override=None, *, source_root: Path = SOURCE_
         problems.extend(vproblems)
 
     runtime = ck.get(data, "RUNTIME", str, "docker")
-    if runtime not in RUNTIMES_KNOWN:
-        ck.add(data, "RUNTIME", f"expected one of {', '.join(RUNTIMES_KNOWN)}, got {runtime!r}")
-    elif runtime not in RUNTIMES_AVAILABLE:
-        ck.add(data, "RUNTIME", f"{runtime!r} is not available in this version yet (it is also the default when "
-                                f"RUNTIME is omitted); set RUNTIME: bare")
+    reg = registration(cluster.scheduler) if cluster is not None else None
+    if reg is not None and runtime not in reg.runtimes:
+        ck.add(data, "RUNTIME", f"expected one of {', '.join(reg.runtimes)} (the runtimes of SCHEDULER "
+                                f"{reg.name!r}), got {runtime!r}")
 
     flagperf_path = ck.path_value(data, "FLAGPERF_PATH", str(source_root))
-    log_path = Path(ck.path_value(data, "FLAGPERF_LOG_PATH", str(source_root / "result")))
+    log_path = Path(ck.path_value(data, "FLAGPERF_LOG_PATH", str(
+        default_log_path() if source_root == SOURCE_ROOT else source_root / "result")))
     log_level = ck.get(data, "FLAGPERF_LOG_LEVEL", str, "info").lower()
     if log_level not in LOG_LEVELS:
         ck.add(data, "FLAGPERF_LOG_LEVEL", f"expected one of {', '.join(LOG_LEVELS)}, got {log_level!r}")
@@ -313,7 +316,7 @@ def load_config(test_path, cluster_override=None, *, source_root: Path = SOURCE_
         h if h.flagperf_path else HostSpec(h.address, h.ssh_port, h.ssh_user, h.ssh_key, h.python, flagperf_path)
         for h in cluster.hosts
     )
-    cluster = ClusterConfig(cluster.path, hosts, cluster.known_hosts, cluster.master_port)
+    cluster = ClusterConfig(cluster.path, hosts, cluster.known_hosts, cluster.master_port, cluster.scheduler)
     return Config(test=test, cluster=cluster, vendor=vendor, source_root=source_root, container=container)
 
 
@@ -339,8 +342,8 @@ def _load_cases(ck: _Checker, data, cluster, vendor, source_root) -> list:
             continue
         resolved = str(resolve(ck.path, data_dir)) if data_dir else None
         bench = source_root / "benchmarks" / case.model
-        if not (bench / "main.py").is_file():
-            known = sorted(q.parent.name for q in (source_root / "benchmarks").glob("*/main.py"))
+        known = benchmark_names(source_root)
+        if case.model not in known:
             close = difflib.get_close_matches(case.model, known, n=1)
             hint = f"did you mean {close[0]}?" if close else f"known: {', '.join(known)}"
             ck.add(cases_map, key, f"model {case.model!r} has no benchmark ({bench}/main.py); {hint}", label)
@@ -380,6 +383,10 @@ def _load_cluster(path: Path | None, problems: list) -> ClusterConfig | None:
         return None
     ck = _Checker(path, problems)
     ck.unknown_keys(data, CLUSTER_KEYS)
+    scheduler = ck.get(data, "SCHEDULER", str, "ssh")
+    if registration(scheduler) is None:
+        ck.add(data, "SCHEDULER", f"expected one of {', '.join(backend_names())}, got {scheduler!r}")
+        scheduler = "ssh"
     port = _port(ck, data, "SSH_PORT", None)
     user = ck.get(data, "SSH_USER", str, None)
     key = ck.path_value(data, "SSH_KEY")
@@ -423,7 +430,7 @@ def _load_cluster(path: Path | None, problems: list) -> ClusterConfig | None:
             ))
     if not hosts:
         return None     # the problems are reported above; checking the cases against 0 hosts would only repeat them
-    return ClusterConfig(path, tuple(hosts), known_hosts, master_port)
+    return ClusterConfig(path, tuple(hosts), known_hosts, master_port, scheduler)
 
 
 def _host_path(ck, entry, label) -> str:

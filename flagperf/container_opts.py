@@ -33,7 +33,8 @@ def translate_container_opt(text: str) -> tuple[dict, list]:
         tokens = shlex.split(text or "")
     except ValueError as exc:
         return {}, [f"{KEY}: cannot split {text!r} into options: {exc}"]
-    out, problems = {}, []
+    out: dict = {}
+    problems: list = []
     i = 0
     while i < len(tokens):
         token, i = tokens[i], i + 1
@@ -128,7 +129,7 @@ def merge(spec: ContainerSpec, overrides: dict) -> ContainerSpec:
     """``spec`` with ``overrides`` (from :func:`translate_container_opt`) applied:
     list entries are added (one for the same container path replaces the vendor's), env and ulimits are
     updated by name, other values are replaced."""
-    changes = {}
+    changes: dict = {}
     for key, value in overrides.items():
         if key in LIST_FIELDS:
             target = {"devices": device_target, "volumes": lambda v: split_volume(v)[1]}.get(key, str)

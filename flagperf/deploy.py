@@ -7,7 +7,8 @@ from pathlib import Path
 
 from flagperf.hosts.treesync import local_hashes
 
-DEPLOY_DIRS = ("benchmarks", "vendors", "launcher", "monitors")
+# What a host needs: the folders that run there, and the contract module they share with the driver.
+DEPLOY_DIRS = ("benchmarks", "vendors", "launcher", "monitors", "flagperf_contract.py")
 
 
 @dataclass(frozen=True)

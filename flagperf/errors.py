@@ -9,13 +9,11 @@ EXIT_INTERRUPTED = 130
 
 
 class FlagperfError(Exception):
-    exit_code = EXIT_INTERNAL
+    pass
 
 
 class ConfigError(FlagperfError):
-    """One or more problems in the configuration files; each is a one-line message."""
-
-    exit_code = EXIT_CONFIG
+    """One or more problems in the configuration files; each is a one-line message. Exit code 2."""
 
     def __init__(self, problems):
         if isinstance(problems, str):
@@ -24,11 +22,5 @@ class ConfigError(FlagperfError):
         super().__init__("\n".join(self.problems))
 
 
-class HostCheckError(FlagperfError):
-    exit_code = EXIT_HOSTS
-
-
 class Interrupted(FlagperfError):
-    """Raised in the main thread on SIGINT/SIGTERM."""
-
-    exit_code = EXIT_INTERRUPTED
+    """Raised in the main thread on SIGINT/SIGTERM. Exit code 130."""

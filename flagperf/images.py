@@ -93,7 +93,7 @@ def ensure_image(client, spec: ImageSpec, log_path: Path, nocache: bool = False)
     except docker.errors.ImageNotFound:
         pass
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    lines = []
+    lines: list = []
     error = None
     with open(log_path, "w", encoding="utf-8") as log:
         log.write(f"# docker build -t {spec.tag} {spec.folder} (build args: {dict(spec.build_args)})\n")

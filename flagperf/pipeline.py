@@ -1,18 +1,20 @@
 """The run, top to bottom.
 
-    check hosts -> prepare run directory
-    for each case, for each round:
-        clear caches -> write node files -> runtime.prepare -> start monitors -> launch node launchers
-        -> wait for exits (first failure stops the rest) -> stop launchers -> stop monitors
-        -> runtime.cleanup -> collect -> read results
-    summarise (summary.json + table)
+    open the run directory
+    check: connect -> deploy -> probe every host (a host that fails stops the run before any round)
+    plan the cases (nproc auto resolved from the accelerators the hosts reported)
+    for each case: prepare (images)
+        for each round: clear caches -> prepare nodes -> start monitors -> start node launchers
+                        -> wait (the first failing node stops the others; CASE_TIMEOUT)
+                        -> stop launchers and monitors -> clean up nodes -> collect -> interpret
+    summary.json, then every reporter (report.md)
 
-Nothing here knows how a host is reached (hosts/) or where ranks run (runtimes/).
+Everything that touches a host goes through the backend the cluster config names (``flagperf.backends``);
+this module knows none by name. Statuses are decided by ``flagperf.results.interpret`` alone.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import queue
 import shlex
@@ -24,82 +26,134 @@ from datetime import datetime
 import yaml
 
 from flagperf import __version__
-from flagperf.checks import connect_hosts, failed, needed_accelerators, probe_hosts, unique_hosts
-from flagperf.deploy import deploy_host, local_manifest, needs_deploy
+from flagperf.backends import Backend, BackendError, open_backend
+from flagperf.checks import failed, needed_accelerators
 from flagperf.errors import EXIT_CASE_FAILED, EXIT_HOSTS, EXIT_INTERRUPTED, EXIT_OK, Interrupted
-from flagperf.hosts import HostError
 from flagperf.hosts.fanout import fan_out
-from flagperf.plan import Plan
+from flagperf.plan import Plan, build_plan
+from flagperf.reporters import write_reports
 from flagperf.results import perflog
+from flagperf.results.interpret import NodeEvidence, RoundEvidence, Status, Wait, WaitEnd, interpret_round
 from flagperf.results.monitors import read_status, summarize_monitors
-from flagperf.results.report import markdown
-from flagperf.results.summary import CaseResult, NodeResult, RoundResult, build_summary, write_summary
-from flagperf.runtimes import get_runtime
+from flagperf.results.summary import CaseSummary, NodeSummary, RoundSummary, Summary
+from flagperf_contract import (RANKS_FILE, ContractError, RankReport, now_iso, rank_log_name, read_json_file,
+                               write_json_atomic)
 
 RUN_LOG = "flagperf_run.log"
 STOP_GRACE_S = 15.0        # after SIGTERM to a node launcher (it gives its ranks 10 s), before SIGKILL
-CONNECT_DEADLINE_S = 30.0
+TAIL_LINES = 12
+RUN_SCHEMA = "flagperf.run/1"
 
 
-def now_iso() -> str:
-    return datetime.now().astimezone().isoformat(timespec="milliseconds")
+def check_hosts(backend: Backend, hosts, need: dict, *, deploy: bool, say=None) -> list:
+    """Connect to every host, deploy the tree (when asked), probe; one HostCheck per host, in the hosts' order."""
+    order = []
+    for h in hosts:
+        if h.address not in order:
+            order.append(h.address)
+    results = {c.host: c for c in backend.connect(hosts)}
+    connected = [h for h in hosts if h.address not in results]
+    if deploy and connected:
+        for o in backend.deploy(connected):
+            if o.ok:
+                d = o.value
+                if say and d.files_sent:
+                    say(f"host {d.host}: deployed {d.files_sent} of {d.files_total} file(s), {d.bytes_sent} bytes "
+                        f"to {d.path}")
+            else:
+                results[o.key.address] = failed(o.key.address, "deploy_failed",
+                                                f"deploy to {o.key.flagperf_path} failed: {o.error}")
+        connected = [h for h in connected if h.address not in results]
+    for c in backend.probe(connected, need):
+        results[c.host] = c
+    return [results[a] for a in order if a in results]
+
+
+def accelerators_of(checks) -> dict:
+    return {c.host: c.accelerators for c in checks if c.ok and c.accelerators is not None}
 
 
 class Run:
-    """One execution of a Plan. ``say`` receives progress lines for the terminal."""
+    """One execution of a Plan. ``say`` receives progress lines for the terminal. ``backend`` defaults to the
+    one the cluster config names (tests pass their own)."""
 
-    def __init__(self, plan: Plan, say=print, *, accept_new_host_keys: bool = False):
+    def __init__(self, plan: Plan, say=print, *, backend: Backend | None = None, accept_new_host_keys: bool = False):
         self.plan = plan
-        self.accept_new_host_keys = accept_new_host_keys
         self.config = plan.config
         self.say = say
-        self.runtime = get_runtime(self.config.test.runtime, self.config)
-        self.transports = {}
-        self.reported_sensors = set()
         self.log = logging.getLogger(f"flagperf.run.{plan.run_id}")
+        self.backend = backend or open_backend(self.config, self.log, accept_new_host_keys=accept_new_host_keys)
+        self.reported_sensors: set = set()
+        self.summary = self._empty_summary(plan)
+
+    def _empty_summary(self, plan) -> Summary:
+        cfg = self.config
+        return Summary(run_id=plan.run_id, run_dir=str(plan.run_dir), flagperf_version=__version__, started=now_iso(),
+                       vendor=cfg.vendor.name, runtime=cfg.test.runtime, backend=self.backend.name,
+                       hosts=[h.address for h in plan.hosts], cases=[self._case_summary(c) for c in plan.cases])
+
+    @staticmethod
+    def _case_summary(c) -> CaseSummary:
+        s = c.case
+        return CaseSummary(c.name, s.key, s.model, s.framework, s.hw, s.nnodes, s.nproc, s.repeat, s.data_dir,
+                           [RoundSummary(r.index, f"{c.name}/round{r.index}") for r in c.rounds])
 
     # -- the run ------------------------------------------------------------------------------------------------
     def execute(self) -> int:
-        plan = self.plan
-        started, t0 = now_iso(), time.monotonic()
+        t0 = time.monotonic()
         self._open_run_dir()
-        results = [CaseResult(c.name, c.case.key, c.case,
-                              [RoundResult(r.index, f"{c.name}/round{r.index}") for r in c.rounds])
-                   for c in plan.cases]
-        interrupted = False
         code = EXIT_OK
         old_term = signal.signal(signal.SIGTERM, _raise_interrupted)
         try:
-            if not self._check_hosts():
+            checks = self._check_hosts()
+            bad = [c for c in checks if not c.ok]
+            if bad:
                 code = EXIT_HOSTS
+                self.summary.host_checks = [{"host": c.host, "outcome": c.outcome, "detail": c.detail,
+                                             "remedy": c.remedy} for c in bad]
+                self._not_run(f"not run: {len(bad)} host(s) failed their check "
+                              f"({', '.join(c.host + ': ' + c.outcome for c in bad)})")
             else:
-                for case, result in zip(plan.cases, results):
-                    if self._prepare_case(case, result):
-                        for rnd, rres in zip(case.rounds, result.rounds):
+                self._replan(accelerators_of(checks))
+                for case, cres in zip(self.plan.cases, self.summary.cases):
+                    if self._prepare_case(case, cres):
+                        for rnd, rres in zip(case.rounds, cres.rounds):
                             self._run_round(case, rnd, rres)
-                    self.step(f"case {case.name}: {result.status.upper()}")
+                    self.step(f"case {case.name}: {cres.status.value.upper()}")
         except (KeyboardInterrupt, Interrupted):
-            interrupted = True
+            self.summary.interrupted = True
+            self._not_run("not run: the run was interrupted before this round")
             self.step("run interrupted: stopped every process, writing the summary")
         finally:
             signal.signal(signal.SIGTERM, old_term)
-            for t in self.transports.values():
-                t.close()
-            summary = build_summary(
-                run_id=plan.run_id, run_dir=plan.run_dir, version=__version__, started=started,
-                finished=now_iso(), interrupted=interrupted, vendor=self.config.vendor.name,
-                runtime=self.runtime.name, hosts=[h.address for h in plan.hosts], case_results=results)
-            summary["duration_s"] = round(time.monotonic() - t0, 3)
-            write_summary(plan.run_dir / "summary.json", summary)
-            (plan.run_dir / "report.md").write_text(markdown(summary), encoding="utf-8")
-            self.step(f"summary: {plan.run_dir / 'summary.json'}, report: {plan.run_dir / 'report.md'}")
-            self._close_log()
-        self.summary = summary
-        if interrupted:
+            with _signals_deferred(raise_after=False):
+                self.backend.close()
+                self._finish(t0)
+        if self.summary.interrupted:
             return EXIT_INTERRUPTED
         if code != EXIT_OK:
             return code
-        return EXIT_OK if summary["status"] == "passed" else EXIT_CASE_FAILED
+        return EXIT_OK if self.summary.status == Status.PASSED else EXIT_CASE_FAILED
+
+    def _finish(self, t0):
+        s, plan = self.summary, self.plan
+        s.finished = now_iso()
+        s.duration_s = time.monotonic() - t0
+        s.save(plan.run_dir / "summary.json")
+        written = []
+        for name, where in write_reports(s, plan.run_dir):
+            if isinstance(where, str):
+                self.step(f"report {name}: {where}", logging.ERROR)
+            else:
+                written.append(str(where))
+        self.step(f"summary: {plan.run_dir / 'summary.json'}" + (f", report: {', '.join(written)}" if written else ""))
+        self._close_log()
+
+    def _not_run(self, reason: str):
+        for case in self.summary.cases:
+            for r in case.rounds:
+                if r.status == Status.NOT_RUN and r.failure is None:
+                    r.failure = {"reason": reason}
 
     # -- steps --------------------------------------------------------------------------------------------------
     def _open_run_dir(self):
@@ -110,137 +164,123 @@ class Run:
         self.log.handlers[:] = [handler]
         self.log.setLevel(getattr(logging, t.log_level.upper()))
         self.log.propagate = False
-        effective = self.config.to_dict()
         (plan.run_dir / "effective_config.yaml").write_text(
-            yaml.safe_dump(effective, sort_keys=False, allow_unicode=True), encoding="utf-8")
-        (plan.run_dir / "run.json").write_text(json.dumps(run_record(plan), indent=1), encoding="utf-8")
-        self.step(f"run {plan.run_id}: {len(plan.cases)} case(s), runtime {self.runtime.name}, "
+            yaml.safe_dump(self.config.to_dict(), sort_keys=False, allow_unicode=True), encoding="utf-8")
+        write_json_atomic(plan.run_dir / "run.json", run_record(plan, self.backend.name))
+        self.step(f"run {plan.run_id}: {len(plan.cases)} case(s), backend {self.backend.name}, runtime {t.runtime}, "
                   f"vendor {self.config.vendor.name} ({t.vendor_reason}); directory {plan.run_dir}")
 
-    def _check_hosts(self) -> bool:
-        """Connect to every host, deploy the tree where needed, probe them; False when a host is not fit."""
-        config, hosts = self.config, self.plan.hosts
-        self.step(f"check: connecting to {len(unique_hosts(hosts))} host(s)")
-        self.transports, bad = connect_hosts(config, hosts, accept_new_host_keys=self.accept_new_host_keys)
-        if not bad:
-            bad = self._deploy()
-        if not bad:
-            bad = [c for c in probe_hosts(config, self.transports, hosts, needed_accelerators(config)) if not c.ok]
-        for c in bad:
-            self.step(f"host {c.host}: {c.outcome}: {c.detail}; {c.remedy}", level=logging.ERROR)
-        if not bad:
-            self.log.info(f"check: {len(self.transports)} host(s) ok")
-        return not bad
-
-    def _deploy(self) -> list:
-        todo = [h for h in unique_hosts(self.plan.hosts) if needs_deploy(h, self.config.source_root)]
-        if not todo:
-            return []
-        manifest = local_manifest(self.config.source_root)
-        self.step(f"deploy: syncing {len(manifest)} file(s) to {len(todo)} host(s)")
-        bad = []
-        for o in fan_out(todo, lambda h: deploy_host(self.transports[h.address], self.config.source_root, manifest),
-                         deadline_s=600):
-            if o.ok:
-                d = o.value
-                self.log.info(f"host {d.host}: deploy to {d.path}: {d.files_sent} of {d.files_total} file(s) "
-                              f"differed, {d.bytes_sent} bytes sent")
+    def _check_hosts(self) -> list:
+        hosts = self.plan.hosts
+        self.step(f"check: connecting to {len(hosts)} host(s)")
+        checks = check_hosts(self.backend, hosts, needed_accelerators(self.config), deploy=True,
+                             say=self.log.info)
+        for c in checks:
+            if c.ok:
+                self.log.info(f"host {c.host}: ok: {c.detail}")
             else:
-                bad.append(failed(o.key.address, "deploy_path_missing", f"deploy failed: {o.error}"))
-        return bad
+                self.step(f"host {c.host}: {c.outcome}: {c.detail}; {c.remedy}", level=logging.ERROR)
+        return checks
 
-    def _prepare_case(self, case, result) -> bool:
-        """Runtime preparation for the case's hosts (images for containers); a failure fails the case."""
+    def _replan(self, accelerators: dict):
+        """Resolve nproc auto with the accelerators the hosts reported, and record the final plan."""
+        if all(c.nproc is not None for c in self.config.test.cases):
+            return
+        self.plan = build_plan(self.config, self.plan.run_id, accelerators)
+        self.summary.cases = [self._case_summary(c) for c in self.plan.cases]
+        write_json_atomic(self.plan.run_dir / "run.json", run_record(self.plan, self.backend.name))
+        for case in self.plan.cases:
+            if case.case.nproc is not None:
+                self.log.info(f"{case.name}: nproc auto -> {case.case.nproc}")
+
+    def _prepare_case(self, case, cres: CaseSummary) -> bool:
+        """Backend preparation for the case's hosts (images for containers); a failure fails the case only."""
         t0 = time.monotonic()
         try:
-            self.runtime.prepare_case(self.transports, case, self.plan.run_dir, self.log)
-        except (KeyboardInterrupt, Interrupted):
-            raise
-        except Exception as exc:  # noqa: BLE001 - any failure here fails this case, the next one still runs
-            lines = list(getattr(exc, "last_lines", []))
+            self.backend.prepare_case(case)
+        except BackendError as exc:
             self.step(f"{case.name}: preparation failed: {exc}", logging.ERROR)
-            for line in lines:
-                self.say(f"    | {line}")
-                self.log.error(f"    | {line}")
-            for rres in result.rounds:
-                rres.status = "error"
-                rres.failure = {"reason": f"preparation failed: {exc}", "last_lines": lines}
+            self._lines(exc.last_lines)
+            for r in cres.rounds:
+                r.status = Status.ERROR
+                r.failure = {"reason": f"preparation failed: {exc}", "last_lines": list(exc.last_lines)}
             return False
         if time.monotonic() - t0 > 1:
             self.step(f"{case.name}: prepared in {time.monotonic() - t0:.1f} s")
         return True
 
-    def _run_round(self, case, rnd, res: RoundResult):
+    def _run_round(self, case, rnd, res: RoundSummary):
         t = self.config.test
         label = f"{case.name} round {rnd.index}/{len(case.rounds)}"
         self.step(f"{label}: start on {', '.join(n.label for n in rnd.nodes)}")
         t0 = time.monotonic()
         nodes = list(rnd.nodes)
-        monitors, launchers, prepared = {}, {}, []
-        res.status = "error"
+        monitors: dict = {}
+        launchers: dict = {}
+        wait = Wait(WaitEnd.ERROR, "the round did not start")
         try:
             if t.clear_caches:
                 self._clear_caches(nodes)
-            self._fan(nodes, self._write_node_files, "write node files")
+            for o in fan_out(nodes, self.backend.prepare_node, deadline_s=600):
+                if not o.ok:
+                    raise BackendError(o.error if o.key.label in o.error else f"{o.key.label}: {o.error}")
             for node in nodes:
-                self.runtime.prepare(self.transports[node.host.address], node, self.log)
-                prepared.append(node)
-            for node in nodes:
-                tr = self.transports[node.host.address]
                 self.cmd(node, node.monitor_argv)
-                monitors[node.label] = tr.spawn(node.monitor_argv, log_path=f"{node.node_dir}/monitor.out.log")
+                monitors[node.label] = self.backend.spawn_monitor(node)
             for node in nodes:
                 self.cmd(node, node.launcher_argv)
-            for o in fan_out(nodes, lambda n: self.runtime.launch(self.transports[n.host.address], n),
-                             deadline_s=60):
-                if not o.ok:
-                    raise HostError(f"{o.key.label}: cannot start the node launcher: {o.error}")
-                launchers[o.key.label] = o.value
-            res.status, res.failure = self._wait(nodes, launchers, t.case_timeout, label)
+            for o in fan_out(nodes, self.backend.spawn_launcher, deadline_s=60):
+                if o.ok:
+                    launchers[o.key.label] = o.value
+            missing = [n.label for n in nodes if n.label not in launchers]
+            if missing:
+                raise BackendError(f"{', '.join(missing)}: the node launcher did not start")
+            wait = self._wait(launchers, t.case_timeout, label)
         except (KeyboardInterrupt, Interrupted):
-            res.status = "interrupted"
-            res.failure = {"reason": "interrupted by the user"}
+            wait = Wait(WaitEnd.INTERRUPTED, "interrupted by the user")
             raise
-        except HostError as exc:
-            res.status, res.failure = "error", {"reason": str(exc)}
+        except BackendError as exc:
+            wait = Wait(WaitEnd.ERROR, str(exc))
             self.step(f"{label}: {exc}", level=logging.ERROR)
         finally:
             with _signals_deferred():
                 self._stop(launchers, "launcher", signal.SIGTERM, STOP_GRACE_S)
                 self._stop(monitors, "monitor", signal.SIGTERM, 5.0)
-                for node in prepared:
+                for node in nodes:
                     try:
-                        self.runtime.cleanup(self.transports[node.host.address], node, self.log)
+                        self.backend.cleanup_node(node)
                     except Exception as exc:  # noqa: BLE001 - cleanup goes on for every node
                         self.step(f"{node.label}: cleanup failed: {exc}", level=logging.ERROR)
                 self._collect(nodes)
                 res.duration_s = time.monotonic() - t0
-                self._read_round(nodes, res, launchers)
+                self._judge(nodes, launchers, wait, res)
                 self._report_round(label, res)
 
-    def _wait(self, nodes, launchers, timeout, label):
-        """Wait for every node launcher to exit; the first failure stops the others. Returns (status, failure)."""
+    def _wait(self, launchers: dict, timeout: float, label: str) -> Wait:
+        """Wait for every node launcher to exit; the first failure stops the others."""
         done: queue.Queue = queue.Queue()
         for name, proc in launchers.items():
             threading.Thread(target=lambda n=name, p=proc: done.put((n, p.wait())), daemon=True).start()
         deadline = time.monotonic() + timeout
-        pending, failed = set(launchers), None
+        pending, failed_node = set(launchers), None
         while pending:
             try:
                 name, code = done.get(timeout=max(0.0, deadline - time.monotonic()))
             except queue.Empty:
                 self.step(f"{label}: CASE_TIMEOUT of {timeout:g} s reached; stopping every node", logging.ERROR)
                 self._stop({n: launchers[n] for n in pending}, "launcher", signal.SIGTERM, STOP_GRACE_S)
-                return "timeout", {"reason": f"round exceeded CASE_TIMEOUT ({timeout:g} s)"}
+                return Wait(WaitEnd.TIMEOUT, f"round exceeded CASE_TIMEOUT ({timeout:g} s)")
             pending.discard(name)
             self.log.info(f"{name}: node launcher exited with {code}")
-            if code != 0 and failed is None:
-                failed = name
+            if code != 0 and failed_node is None:
+                failed_node = name
                 if pending:
                     self.step(f"{label}: {name} failed; stopping {', '.join(sorted(pending))}", logging.WARNING)
                     for n in pending:
                         launchers[n].signal(signal.SIGTERM)
-        return ("failed", {"reason": f"node {failed} failed", "node": failed}) if failed else ("passed", None)
+        if failed_node:
+            return Wait(WaitEnd.NODE_FAILED, f"node {failed_node} failed", failed_node)
+        return Wait(WaitEnd.COMPLETED)
 
     def _stop(self, procs: dict, what: str, sig, grace: float):
         """Signal every process still running, wait up to grace, then SIGKILL."""
@@ -255,20 +295,9 @@ class Run:
                 proc.signal(signal.SIGKILL)
                 proc.wait(5.0)
 
-    def _write_node_files(self, node):
-        tr = self.transports[node.host.address]
-        tr.write_file(f"{node.node_dir}/launch.json", json.dumps(node.launch_spec, indent=1).encode())
-        tr.write_file(f"{node.node_dir}/case_config.json", json.dumps(node.case_config, indent=1).encode())
-
     def _clear_caches(self, nodes):
         for node in nodes:
-            argv = ["sh", "-c", "sync && echo 3 > /proc/sys/vm/drop_caches"]
-            self.cmd(node, argv)
-            try:
-                r = self.transports[node.host.address].run(argv, timeout=120)
-                ok, why = r.ok, r.stderr.strip()
-            except HostError as exc:
-                ok, why = False, str(exc)
+            ok, why = self.backend.drop_caches(node)
             if ok:
                 self.log.info(f"{node.label}: page cache dropped")
             else:
@@ -276,104 +305,86 @@ class Run:
                           f"going on", logging.WARNING)
 
     def _collect(self, nodes):
-        outcomes = fan_out(nodes, lambda n: self.transports[n.host.address].fetch_tree(n.node_dir, n.local_dir),
-                           deadline_s=600)
-        for o in outcomes:
+        for o in fan_out(nodes, self.backend.collect, deadline_s=600):
             if o.ok:
                 files, size = o.value
                 self.log.info(f"{o.key.label}: collected {files} file(s), {size} bytes into {o.key.local_dir}")
             else:
                 self.step(f"{o.key.label}: collect failed: {o.error}", logging.ERROR)
 
-    def _read_round(self, nodes, res: RoundResult, launchers):
-        """Fill the round's results from the files on the driver: ranks.json, rank logs, monitor files."""
-        first_fail = None
+    # -- results ------------------------------------------------------------------------------------------------
+    def _judge(self, nodes, launchers, wait: Wait, res: RoundSummary):
+        """Read back what every node left (each file checked against its schema), then interpret the round."""
+        evidence = []
+        res.nodes = []
         for node in nodes:
-            nres = NodeResult(node.label, node.host.address, node.node_rank)
             proc = launchers.get(node.label)
-            nres.launcher_exit = proc.wait(0) if proc else None
+            ev = NodeEvidence(node.label, node.host.address, node.node_rank, tuple(node.ranks),
+                              launcher_exit=proc.wait(0) if proc else None)
             try:
-                doc = json.loads((node.local_dir / "ranks.json").read_text())
-                nres.ranks = doc.get("ranks", [])
-                if doc.get("first_failure") is not None and first_fail is None:
-                    first_fail = (node, doc["first_failure"])
-            except (OSError, ValueError):
-                pass
+                ev.ranks = read_json_file(node.local_dir / RANKS_FILE, RankReport)
+            except ContractError as exc:
+                ev.ranks_problem = f"host {node.host.address}: {exc}"
+                if wait.end == WaitEnd.COMPLETED or proc is not None:
+                    self.log.warning(f"{node.label}: {ev.ranks_problem}")
+            for rank in node.ranks:
+                path = node.local_dir / rank_log_name(rank)
+                ev.rank_logs[rank] = str(path)
+                ev.rank_tails[rank] = perflog.tail(path, TAIL_LINES)
+            out = node.local_dir / self.backend.node_output
+            ev.output_log, ev.output_tail = str(out), perflog.tail(out, TAIL_LINES)
+            evidence.append(ev)
+            summary = NodeSummary(node.label, node.host.address, node.node_rank, ev.launcher_exit,
+                                  [r.to_dict() for r in ev.ranks.ranks] if ev.ranks else [])
             try:
-                nres.monitors = summarize_monitors(node.local_dir)
+                summary.monitors = summarize_monitors(node.local_dir)
             except Exception as exc:  # noqa: BLE001 - a monitor file problem never fails the round
                 self.log.warning(f"{node.label}: cannot summarise monitor files: {exc}")
             self._report_sensors(node)
-            res.nodes.append(nres)
-        if res.status in ("failed", "timeout", "interrupted") or first_fail:
-            if not first_fail and res.failure and res.failure.get("node"):
-                # The node failed without a failing rank: the launcher itself broke; show its own output.
-                node = next(n for n in nodes if n.label == res.failure["node"])
-                out = node.local_dir / self.runtime.node_output
-                res.failure.update(log=str(out), last_lines=perflog.tail(out, 12))
-            if first_fail:
-                node, rank = first_fail
-                rec = next((r for r in _node_ranks(res, node.label) if r.get("rank") == rank), {})
-                log = perflog.rank_log(node.local_dir, rank)
-                res.failure = dict(res.failure or {}, reason=f"rank {rank} failed", node=node.label, rank=rank,
-                                   exit_code=rec.get("exit_code"), log=str(log), last_lines=perflog.tail(log, 12))
-                if res.status == "passed":
-                    res.status = "failed"
-            return
-        if res.status != "passed":
-            return
-        rank0 = perflog.rank_log(nodes[0].local_dir, 0)
-        records = perflog.read_records(rank0)
-        payload = perflog.finished(records)
-        skipped = [r for r in records if r.get("event") == "SKIPPED"]
-        if payload is None and skipped:
-            res.status = "skipped"
-            res.failure = {"reason": f"skipped: {skipped[-1].get('reason', 'no reason given')}"}
-            return
-        problems = ["rank 0 printed no FINISHED line"] if payload is None else perflog.validate_finished(payload)
-        if problems:
-            res.status = "failed"
-            res.failure = {"reason": f"invalid result: {'; '.join(problems)}", "node": nodes[0].label, "rank": 0,
-                           "log": str(rank0), "last_lines": perflog.tail(rank0, 12)}
-        else:
-            res.finished = payload
+            res.nodes.append(summary)
+        rank0 = perflog.read_records(nodes[0].local_dir / rank_log_name(0)) if nodes else []
+        verdict = interpret_round(RoundEvidence(wait, evidence, rank0))
+        res.status, res.failure = verdict.status, verdict.failure
+        res.finished = verdict.finished.to_dict() if verdict.finished else None
 
     def _report_sensors(self, node):
-        status = read_status(node.local_dir)
+        status, problem = read_status(node.local_dir)
         if status is None:
-            self.log.warning(f"{node.label}: the monitor wrote no monitor_status.json")
+            self.log.warning(f"{node.label}: host {node.host.address}: {problem}")
             return
-        for sensor, info in (status.get("sensors") or {}).items():
+        for sensor, info in status.sensors.items():
             key = (node.host.address, sensor)
             if sensor == "gpu" and self.config.vendor.gpu_monitor == "none":
                 continue            # a vendor without accelerators has no GPU sensor to miss
-            if not info.get("available", False) and key not in self.reported_sensors:
+            if not info.available and key not in self.reported_sensors:
                 self.reported_sensors.add(key)
-                self.step(f"{node.host.address}: sensor {sensor} unavailable: {info.get('reason', 'no reason given')}",
+                self.step(f"{node.host.address}: sensor {sensor} unavailable: {info.reason or 'no reason given'}",
                           logging.WARNING)
 
-    def _report_round(self, label, res: RoundResult):
-        if res.status == "skipped":
-            self.step(f"{label}: {res.failure['reason']}", logging.WARNING)
-            return
-        if res.status == "passed":
-            f = res.finished
-            self.step(f"{label}: passed in {res.duration_s:.1f} s: {f['metric']} = {f['value']:.4g} {f['unit']}")
-            return
+    def _report_round(self, label, res: RoundSummary):
         f = res.failure or {}
-        msg = f"{label}: {res.status.upper()} after {res.duration_s:.1f} s: {f.get('reason', '')}"
+        if res.status == Status.SKIPPED:
+            self.step(f"{label}: {f.get('reason', 'skipped')}", logging.WARNING)
+            return
+        if res.status == Status.PASSED:
+            fin = res.finished or {}
+            self.step(f"{label}: passed in {res.duration_s:.1f} s: {fin.get('metric')} = {fin.get('value'):.4g} "
+                      f"{fin.get('unit')}")
+            return
+        from flagperf.results.interpret import describe_exit
+        msg = f"{label}: {res.status.value.upper()} after {res.duration_s:.1f} s: {f.get('reason', '')}"
         if f.get("rank") is not None:
             msg += f" (node {f.get('node')}, rank {f['rank']}, {describe_exit(f.get('exit_code'))}, log {f.get('log')})"
+        elif f.get("log"):
+            msg += f" (log {f.get('log')})"
         self.step(msg, logging.ERROR)
-        for line in f.get("last_lines") or []:
-            self.say(f"    | {line}")
-            self.log.error(f"    | {line}")
+        self._lines(f.get("last_lines") or [])
 
     # -- helpers ------------------------------------------------------------------------------------------------
-    def _fan(self, nodes, fn, what):
-        for o in fan_out(nodes, fn, deadline_s=120):
-            if not o.ok:
-                raise HostError(f"{o.key.label}: {what}: {o.error}")
+    def _lines(self, lines):
+        for line in lines:
+            self.say(f"    | {line}")
+            self.log.error(f"    | {line}")
 
     def step(self, message: str, level: int = logging.INFO):
         self.log.log(level, message)
@@ -388,37 +399,22 @@ class Run:
         self.log.handlers[:] = []
 
 
-def run_record(plan) -> dict:
+def run_record(plan, backend: str) -> dict:
     """run.json (flagperf.run/1): what `flagperf collect` needs to fetch this run again later."""
     c = plan.config.cluster
     return {
-        "schema": "flagperf.run/1",
+        "schema": RUN_SCHEMA,
         "run_id": plan.run_id,
         "flagperf_version": __version__,
+        "backend": backend,
+        "runtime": plan.config.test.runtime,
         "known_hosts": c.known_hosts,
         "hosts": [{"HOST": h.address, "SSH_PORT": h.ssh_port, "SSH_USER": h.ssh_user, "SSH_KEY": h.ssh_key,
-                   "PYTHON": h.python, "FLAGPERF_PATH": h.flagperf_path} for h in unique_hosts(plan.hosts)],
+                   "PYTHON": h.python, "FLAGPERF_PATH": h.flagperf_path} for h in plan.hosts],
         "nodes": [{"case": case.name, "round": rnd.index, "host": node.host.address, "node": node.label,
                    "node_dir": node.node_dir, "local_dir": str(node.local_dir.relative_to(plan.run_dir))}
                   for case in plan.cases for rnd in case.rounds for node in rnd.nodes],
     }
-
-
-def describe_exit(code) -> str:
-    """'exit code 7', or 'killed by SIGKILL (exit code -9)' for a rank ended by a signal."""
-    if isinstance(code, int) and code < 0:
-        try:
-            return f"killed by {signal.Signals(-code).name} (exit code {code})"
-        except ValueError:
-            pass
-    return f"exit code {code}"
-
-
-def _node_ranks(res, label):
-    for n in res.nodes:
-        if n.label == label:
-            return n.ranks
-    return []
 
 
 def _raise_interrupted(signum, _frame):
@@ -428,10 +424,13 @@ def _raise_interrupted(signum, _frame):
 class _signals_deferred:
     """Cleanup must finish: hold SIGINT/SIGTERM while it runs, then act on them once it is done."""
 
+    def __init__(self, raise_after: bool = True):
+        self.raise_after = raise_after
+        self.pending: list = []
+        self.old: dict | None = None
+
     def __enter__(self):
-        self.pending = []
         if threading.current_thread() is not threading.main_thread():
-            self.old = None
             return self
         self.old = {s: signal.signal(s, lambda n, _f: self.pending.append(n)) for s in (signal.SIGINT, signal.SIGTERM)}
         return self
@@ -441,7 +440,7 @@ class _signals_deferred:
             return False
         for s, h in self.old.items():
             signal.signal(s, h)
-        if self.pending and exc[0] is None:
+        if self.pending and exc[0] is None and self.raise_after:
             raise Interrupted(f"received {signal.Signals(self.pending[0]).name}")
         return False
 

@@ -1,20 +1,27 @@
-"""Config -> Plan: every case, round and node with the exact paths and commands a run would use.
+"""Config -> Plan: every case, round and node with the exact paths, commands, environment and container.
 
-The plan is pure data: building it touches nothing, and ``flagperf run --dry-run`` prints it.
+The plan is pure data: building it touches nothing (no host is contacted, no backend is imported), and
+``flagperf run --dry-run`` prints it. A backend needs nothing else to run a round: each :class:`NodePlan`
+states the node directory on its host, the launcher's and the monitor's argv, the ranks' argv and
+environment (in its :class:`~flagperf_contract.LaunchSpec`), the master address, and the container if any.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from flagperf.config import CaseSpec, Config, HostSpec
+from flagperf.containers import (LABEL_CASE, LABEL_NODE, LABEL_ROUND, LABEL_RUN, PREPARE_AND_LAUNCH, ContainerRun,
+                                 container_name)
 from flagperf.errors import ConfigError
 from flagperf.yamlio import load_yaml_file
+from flagperf_contract import CASE_CONFIG_FILE, LAUNCH_FILE, MONITOR_OUTPUT, LaunchSpec
 
-PLAN_SCHEMA = "flagperf.launch/1"
 CONTAINER_PYTHON = "python3"
+CPU_AUTO_NPROC = 2          # nproc "auto" on a vendor without accelerators
 
 
 @dataclass(frozen=True)
@@ -24,14 +31,25 @@ class NodePlan:
     ranks: tuple            # global ranks on this node
     node_dir: str           # the round's node directory on the host
     local_dir: Path         # where its files land on the driver
-    launcher_argv: tuple
-    monitor_argv: tuple
-    launch_spec: dict       # written to <node_dir>/launch.json for the node launcher
+    master_addr: str        # where rank 0 listens (MASTER_ADDR)
+    launcher_argv: tuple    # run on the host, or inside the container
+    monitor_argv: tuple     # always run on the host
+    launch: LaunchSpec      # written to <node_dir>/launch.json for the node launcher
     case_config: dict       # written to <node_dir>/case_config.json for the ranks
+    container: ContainerRun | None = None
 
     @property
     def label(self) -> str:
         return f"{self.host.address}_noderank{self.node_rank}"
+
+    @property
+    def files(self) -> dict:
+        """{file name: JSON-ready content} that the backend writes into the node directory before the round."""
+        return {LAUNCH_FILE: self.launch.to_dict(), CASE_CONFIG_FILE: self.case_config}
+
+    @property
+    def monitor_output(self) -> str:
+        return f"{self.node_dir}/{MONITOR_OUTPUT}"
 
 
 @dataclass(frozen=True)
@@ -43,10 +61,14 @@ class RoundPlan:
 
 @dataclass(frozen=True)
 class CasePlan:
-    case: CaseSpec
+    case: CaseSpec          # with nproc resolved (never "auto")
     name: str
     config_files: tuple     # case-config files merged, in order
     rounds: tuple
+
+    @property
+    def hosts(self) -> tuple:
+        return tuple(n.host for n in self.rounds[0].nodes) if self.rounds else ()
 
 
 @dataclass(frozen=True)
@@ -55,12 +77,22 @@ class Plan:
     run_dir: Path
     config: Config
     cases: tuple
+    notes: tuple = ()       # what the plan assumed (nproc auto in a dry run)
 
     @property
     def hosts(self) -> tuple:
         """The hosts some case needs, in cluster order, each once."""
-        needed = max((c.case.nnodes for c in self.cases), default=0)
-        return self.config.cluster.hosts[:needed]
+        return hosts_needed(self.config)
+
+
+def hosts_needed(config: Config) -> tuple:
+    needed = max((c.nnodes for c in config.test.cases), default=0)
+    seen, out = set(), []
+    for h in config.cluster.hosts[:needed]:
+        if h.address not in seen:
+            seen.add(h.address)
+            out.append(h)
+    return tuple(out)
 
 
 def new_run_id(log_path: Path, now: float | None = None) -> str:
@@ -92,7 +124,8 @@ def merged_case_config(config: Config, case: CaseSpec) -> tuple:
         vdir / f"config_{case.hw}.yaml",
         vdir / f"config_{case.hw}x{case.nnodes}x{case.nproc}.yaml",
     ]
-    merged, used, problems = {}, [], []
+    merged: dict = {}
+    used, problems = [], []
     for path in candidates:
         if not path.is_file():
             continue
@@ -120,29 +153,50 @@ def merged_case_config(config: Config, case: CaseSpec) -> tuple:
     return merged, tuple(used)
 
 
-def build_plan(config: Config, run_id: str | None = None) -> Plan:
+def resolve_nproc(config: Config, case: CaseSpec, accelerators: dict | None) -> tuple:
+    """(nproc, note) for a case. ``nproc: auto`` is every accelerator of a node (the fewest any of the case's
+    nodes has), or CPU_AUTO_NPROC on a vendor without accelerators. ``accelerators`` maps host addresses to
+    the counts the hosts reported; a host missing from it (a dry run) is assumed to have 1, and the note says so.
+    """
+    if case.nproc is not None:
+        return case.nproc, None
+    if config.vendor.device == "cpu":
+        return CPU_AUTO_NPROC, None
+    hosts = config.cluster.hosts[:case.nnodes]
+    counts = [(accelerators or {}).get(h.address) for h in hosts]
+    if any(c is None for c in counts):
+        return 1, (f"{case.key}: nproc auto is resolved from each host's accelerator count when the run checks "
+                   f"the hosts; this plan assumes 1")
+    return max(1, min(counts)), None
+
+
+def build_plan(config: Config, run_id: str | None = None, accelerators: dict | None = None) -> Plan:
     t = config.test
     run_id = run_id or new_run_id(t.log_path)
     run_dir = t.log_path / run_id
+    resolved, notes = [], []
+    for case in t.cases:
+        nproc, note = resolve_nproc(config, case, accelerators)
+        resolved.append(dataclasses.replace(case, nproc=nproc))
+        if note:
+            notes.append(note)
     cases = []
-    for case, name in zip(t.cases, case_names(t.cases)):
+    for case, name in zip(resolved, case_names(resolved)):
         case_cfg, files = merged_case_config(config, case)
         rounds = []
         for k in range(1, case.repeat + 1):
             round_rel = PurePosixPath(run_id, name, f"round{k}")
-            nodes = []
             master = config.cluster.hosts[0]
-            for node_rank, host in enumerate(config.cluster.hosts[:case.nnodes]):
-                nodes.append(_node(config, case, name, k, case_cfg, host, node_rank, master, run_id, round_rel,
-                                   run_dir))
+            nodes = [_node(config, case, name, k, case_cfg, host, node_rank, master, run_id, round_rel, run_dir)
+                     for node_rank, host in enumerate(config.cluster.hosts[:case.nnodes])]
             rounds.append(RoundPlan(k, run_dir / name / f"round{k}", tuple(nodes)))
         cases.append(CasePlan(case, name, files, tuple(rounds)))
-    return Plan(run_id, run_dir, config, tuple(cases))
+    return Plan(run_id, run_dir, config, tuple(cases), tuple(notes))
 
 
-def host_result_root(host, config):
+def host_result_root(host, config) -> PurePosixPath:
     """Where a host writes its node directories: FLAGPERF_LOG_PATH on localhost (straight into the driver's
-    tree), ``<FLAGPERF_PATH of the host>/result`` on an SSH host (collected to the driver after each round)."""
+    tree), ``<FLAGPERF_PATH of the host>/result`` on any other host (collected to the driver after each round)."""
     if host.is_local:
         return PurePosixPath(config.test.log_path)
     return PurePosixPath(host.flagperf_path) / "result"
@@ -151,7 +205,7 @@ def host_result_root(host, config):
 def master_address(host) -> str:
     if host.is_local:
         return "127.0.0.1"
-    from flagperf.hosts.ssh import resolved_address
+    from flagperf.sshconfig import resolved_address
     return resolved_address(host.address)
 
 
@@ -166,49 +220,71 @@ def _node(config, case, case_name, round_index, case_cfg, host, node_rank, maste
     node_dir = str(host_result_root(host, config) / round_rel / label)
     local_dir = run_dir.parent / round_rel / label
     ranks = tuple(range(node_rank * case.nproc, (node_rank + 1) * case.nproc))
+    master_addr = master_address(master)
     rank_argv = [
         python, "-u", str(fp / "benchmarks" / case.model / "main.py"),
-        "--case-config", f"{node_dir}/case_config.json",
+        "--case-config", f"{node_dir}/{CASE_CONFIG_FILE}",
         "--data-dir", case.data_dir or "",
         "--result-dir", node_dir,
     ]
     env = {
-        "MASTER_ADDR": master_address(master),
+        "MASTER_ADDR": master_addr,
         "MASTER_PORT": str(config.cluster.master_port),
         "NNODES": str(case.nnodes),
         "NODE_RANK": str(node_rank),
         "WORLD_SIZE": str(case.nnodes * case.nproc),
         "LOCAL_WORLD_SIZE": str(case.nproc),
         "FLAGPERF_VENDOR": vendor.name,
-        "FLAGPERF_DEVICE": vendor.device,
+        "FLAGPERF_DEVICE": vendor.torch_device or vendor.device,
         "FLAGPERF_DIST_BACKEND": vendor.dist_backend,
+        "FLAGPERF_TORCH_PLUGIN": getattr(vendor, "torch_plugin", None) or "",
         "FLAGPERF_RUN_ID": run_id,
     }
-    spec = {
-        "schema": PLAN_SCHEMA,
-        "case": case.key,
-        "case_name": case_name,
-        "framework": case.framework,
-        "round": round_index,
-        "data_dir": case.data_dir,
-        "node_rank": node_rank,
-        "nnodes": case.nnodes,
-        "nproc": case.nproc,
-        "ranks": list(ranks),
-        "argv": rank_argv,
-        "cwd": str(fp / "benchmarks" / case.model),
-        "env": env,
-        "env_defaults": dict(vendor.rank_env),
-        "visible_devices_env": t.visible_devices_env,
-        "visible_devices": ",".join(str(i) for i in range(case.nproc)),
-        "out_dir": node_dir,
-        "grace_s": 10,
-    }
-    if in_container:
-        from flagperf.runtimes.docker import container_name
-        spec["container_name"] = container_name(run_id, case_name, round_index, node_rank)
-    launcher_argv = (python, str(fp / "launcher" / "node_launcher.py"), "--spec", f"{node_dir}/launch.json")
+    cname = container_name(run_id, case_name, round_index, node_rank) if in_container else None
+    launch = LaunchSpec(
+        case=case.key, case_name=case_name, framework=case.framework, round=round_index, node_rank=node_rank,
+        nnodes=case.nnodes, nproc=case.nproc, ranks=list(ranks), argv=rank_argv,
+        cwd=str(fp / "benchmarks" / case.model), env=env, out_dir=node_dir,
+        env_defaults=dict(vendor.rank_env), visible_devices_env=t.visible_devices_env,
+        visible_devices=",".join(str(i) for i in range(case.nproc)), data_dir=case.data_dir, grace_s=10.0,
+        container_name=cname)
+    launcher_argv = (python, str(fp / "launcher" / "node_launcher.py"), "--spec", f"{node_dir}/{LAUNCH_FILE}")
     monitor_argv = (host.python, str(fp / "monitors" / "monitor.py"), "--out-dir", node_dir,
                     "--interval", f"{t.monitor_interval:g}", "--gpu", vendor.gpu_monitor,
                     "--vendor", vendor.name, "--run-id", run_id)
-    return NodePlan(host, node_rank, ranks, node_dir, local_dir, launcher_argv, monitor_argv, spec, case_cfg)
+    container = None
+    if in_container:
+        container = _container(config, case, host, launch, launcher_argv, node_dir, run_id, case_name, round_index,
+                               node_rank, cname)
+    return NodePlan(host, node_rank, ranks, node_dir, local_dir, master_addr, launcher_argv, monitor_argv, launch,
+                    case_cfg, container)
+
+
+def _container(config, case, host, launch, launcher_argv, node_dir, run_id, case_name, round_index, node_rank,
+               name) -> ContainerRun:
+    from flagperf.images import ImageError, image_spec
+    spec = config.container
+    try:
+        image = image_spec(config, case.framework)
+        tag, folder = image.tag, str(image.folder)
+    except ImageError as exc:
+        raise ConfigError(str(exc)) from None
+    mounts = [(h, c, m) for h, c, m in (_split(v) for v in spec.volumes)]
+    run_dir_on_host = str(PurePosixPath(node_dir).parents[2])
+    for path in (host.flagperf_path, run_dir_on_host, case.data_dir or ""):
+        if path and all(m[0] != path for m in mounts):
+            mounts.append((path, path, "rw"))
+    command = ("sh", "-c", PREPARE_AND_LAUNCH, "flagperf-prepare", launch.cwd, node_dir, *launcher_argv)
+    return ContainerRun(
+        name=name, image=tag, image_folder=folder, command=command, workdir=launch.cwd, mounts=tuple(mounts),
+        env=tuple(spec.env), labels=((LABEL_RUN, run_id), (LABEL_CASE, case_name), (LABEL_ROUND, str(round_index)),
+                                     (LABEL_NODE, str(node_rank))),
+        gpus=spec.gpus, devices=tuple(spec.devices), shm_size=spec.shm_size or config.test.shm_size,
+        ulimits=tuple(spec.ulimits), ipc_mode=spec.ipc_mode, network_mode=spec.network_mode,
+        privileged=spec.privileged, cap_add=tuple(spec.cap_add), group_add=tuple(spec.group_add),
+        security_opt=tuple(spec.security_opt), runtime=spec.runtime)
+
+
+def _split(volume: str) -> tuple:
+    from flagperf.vendors import split_volume
+    return split_volume(volume)

@@ -13,7 +13,6 @@ exit code). Exit status: 0 when every rank exited 0, 1 when a rank failed, 143 w
 """
 
 import argparse
-import datetime
 import json
 import os
 import signal
@@ -22,18 +21,18 @@ import sys
 import threading
 import time
 
-RANKS_SCHEMA = "flagperf.ranks/1"
-
-
-def now_iso():
-    return datetime.datetime.now().astimezone().isoformat(timespec="milliseconds")
+# FLAGPERF_PATH (the folder holding launcher/) holds the contract module shared with the driver.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from flagperf_contract import (LAUNCH_FILE, LAUNCHER_BAD_SPEC_EXIT, LAUNCHER_LOG,  # noqa: E402
+                               LAUNCHER_SIGNALLED_EXIT, RANKS_FILE, ContractError, LaunchSpec, RankRecord,
+                               RankReport, now_iso, rank_log_name, read_json_file, write_json_atomic)
 
 
 class Launcher:
     def __init__(self, spec):
         self.spec = spec
-        self.out_dir = spec["out_dir"]
-        self.log_file = open(os.path.join(self.out_dir, "launcher.log"), "a", buffering=1)
+        self.out_dir = spec.out_dir
+        self.log_file = open(os.path.join(self.out_dir, LAUNCHER_LOG), "a", buffering=1)
         self.procs = {}         # pid -> record
         self.stopping = None    # reason, once the launcher decided to stop the ranks
         self.lock = threading.RLock()
@@ -45,25 +44,24 @@ class Launcher:
     def rank_env(self, local_rank, rank):
         s = self.spec
         env = dict(os.environ)
-        for key, value in (s.get("env_defaults") or {}).items():
+        for key, value in s.env_defaults.items():
             env.setdefault(key, value)
-        env.update(s["env"])
+        env.update(s.env)
         env.update(RANK=str(rank), LOCAL_RANK=str(local_rank), PYTHONUNBUFFERED="1")
-        env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // s["nproc"])))
-        if s.get("visible_devices_env"):
-            env[s["visible_devices_env"]] = s["visible_devices"]
+        env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // s.nproc)))
+        if s.visible_devices_env:
+            env[s.visible_devices_env] = s.visible_devices
         return env
 
     def start(self):
         s = self.spec
-        self.log(f"node_rank={s['node_rank']} nnodes={s['nnodes']} nproc={s['nproc']} pid={os.getpid()} "
-                 f"case={s['case']}")
-        self.log(f"cwd={s['cwd']} argv={json.dumps(s['argv'])}")
-        self.log("env " + " ".join(f"{k}={v}" for k, v in sorted(s["env"].items())))
-        for local_rank, rank in enumerate(s["ranks"]):
-            path = os.path.join(self.out_dir, f"rank{rank}.out.log")
+        self.log(f"node_rank={s.node_rank} nnodes={s.nnodes} nproc={s.nproc} pid={os.getpid()} case={s.case}")
+        self.log(f"cwd={s.cwd} argv={json.dumps(s.argv)}")
+        self.log("env " + " ".join(f"{k}={v}" for k, v in sorted(s.env.items())))
+        for local_rank, rank in enumerate(s.ranks):
+            path = os.path.join(self.out_dir, rank_log_name(rank))
             with open(path, "ab") as out:
-                proc = subprocess.Popen(s["argv"], cwd=s["cwd"], env=self.rank_env(local_rank, rank),
+                proc = subprocess.Popen(s.argv, cwd=s.cwd, env=self.rank_env(local_rank, rank),
                                         stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                                         start_new_session=True)
             self.procs[proc.pid] = {"rank": rank, "local_rank": local_rank, "pid": proc.pid, "proc": proc,
@@ -83,7 +81,7 @@ class Launcher:
                     except ProcessLookupError:
                         pass
             if first:
-                self.kill_timer = threading.Timer(self.spec.get("grace_s", 10), self.stop_all,
+                self.kill_timer = threading.Timer(self.spec.grace_s, self.stop_all,
                                                   args=(reason, signal.SIGKILL))
                 self.kill_timer.daemon = True
                 self.kill_timer.start()
@@ -123,21 +121,14 @@ class Launcher:
     def report(self, signalled):
         ranks = sorted(self.procs.values(), key=lambda r: r["rank"])
         failed = [r for r in ranks if r.get("first_failure")]
-        doc = {
-            "schema": RANKS_SCHEMA,
-            "node_rank": self.spec["node_rank"],
-            "stopped": self.stopping,
-            "signalled": signalled,
-            "first_failure": failed[0]["rank"] if failed else None,
-            "ranks": [{k: r.get(k) for k in ("rank", "local_rank", "pid", "exit_code", "started", "ended",
-                                              "duration_s", "stopped_by_launcher")} for r in ranks],
-        }
-        tmp = os.path.join(self.out_dir, "ranks.json.tmp")
-        with open(tmp, "w") as f:
-            json.dump(doc, f, indent=1)
-        os.replace(tmp, os.path.join(self.out_dir, "ranks.json"))
+        doc = RankReport(
+            node_rank=self.spec.node_rank, stopped=self.stopping, signalled=signalled,
+            first_failure=failed[0]["rank"] if failed else None,
+            ranks=[RankRecord(r["rank"], r["local_rank"], r["pid"], r["exit_code"], r.get("started"), r.get("ended"),
+                              r.get("duration_s"), bool(r.get("stopped_by_launcher"))) for r in ranks])
+        write_json_atomic(os.path.join(self.out_dir, RANKS_FILE), doc.to_dict())
         if signalled:
-            return 143
+            return LAUNCHER_SIGNALLED_EXIT
         return 0 if all(r["exit_code"] == 0 for r in ranks) else 1
 
 
@@ -152,17 +143,14 @@ def watch_parent(launcher, parent):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--spec", required=True, help="path of launch.json")
+    ap.add_argument("--spec", required=True, help=f"path of {LAUNCH_FILE}")
     args = ap.parse_args(argv)
     try:
-        with open(args.spec) as f:
-            spec = json.load(f)
-        if spec.get("schema") != "flagperf.launch/1":
-            raise ValueError(f"unsupported schema {spec.get('schema')!r}")
-        os.makedirs(spec["out_dir"], exist_ok=True)
-    except (OSError, ValueError, KeyError) as exc:
-        print(f"node_launcher: bad spec {args.spec}: {exc}", file=sys.stderr)
-        return 2
+        spec = read_json_file(args.spec, LaunchSpec)
+        os.makedirs(spec.out_dir, exist_ok=True)
+    except (OSError, ContractError) as exc:
+        print(f"node_launcher: bad spec: {exc}", file=sys.stderr)
+        return LAUNCHER_BAD_SPEC_EXIT
     launcher = Launcher(spec)
     signalled = []
 

@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
-"""flagperf host monitor: samples CPU, memory, host power and GPUs while a benchmark round runs.
+"""flagperf host monitor: samples CPU, memory, host power and accelerators while a benchmark round runs.
 
-    monitor.py --out-dir DIR --interval SECONDS --gpu {nvml,none} [--vendor NAME] [--run-id ID] [--max-seconds S]
+    monitor.py --out-dir DIR --interval SECONDS --gpu PLUGIN [--vendor NAME] [--run-id ID] [--max-seconds S]
 
-Runs on the benchmarked host. Dependencies: stdlib, psutil, and pynvml only with --gpu nvml (imported lazily).
-It never imports the flagperf package. Each sensor writes its own file in DIR, one line per sample:
+Runs on the benchmarked host. Dependencies: stdlib, psutil, flagperf_contract (from FLAGPERF_PATH, the folder
+above this one) and whatever the accelerator plug-in needs (pynvml for nvml, imported lazily). --gpu names a
+plug-in of monitors/accel/ (nvml, npu_smi, cnmon, ...) or none. It never imports the flagperf package. Each
+sensor writes its own file in DIR, one line per sample:
 
     <ISO-8601 local time with ms and offset> key=value key=value ...
 
@@ -13,8 +15,9 @@ Diagnostics go to monitor.log. Stops on SIGTERM/SIGINT, after --max-seconds, or 
 File formats: docs/monitors.md.
 """
 import argparse
+import dataclasses
 import glob
-import json
+import importlib
 import math
 import os
 import re
@@ -22,12 +25,17 @@ import signal
 import sys
 import threading
 import time
-from datetime import datetime
 
-STATUS_SCHEMA = "flagperf.monitor-status/1"
+FLAGPERF_PATH = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if FLAGPERF_PATH not in sys.path:
+    sys.path.insert(0, FLAGPERF_PATH)
+from flagperf_contract import (HOST_SENSORS, MONITOR_LOG, MONITOR_STATUS_FILE, MonitorStatus,  # noqa: E402
+                               SensorStatus, monitor_file_name, now_iso, write_json_atomic)
+
 MIB = 1024 * 1024
 FIRST_WINDOW_S = 0.1  # minimum averaging window of the first cpu/pwr value after priming
-RESERVED_FILES = ("cpu", "mem", "pwr")
+ACCEL_DIR = os.path.join(FLAGPERF_PATH, "monitors", "accel")
+_KEY = re.compile(r"[a-z_][a-z0-9_]*\Z")
 
 try:
     import psutil
@@ -35,14 +43,12 @@ except ImportError as _e:  # reported as unavailable cpu/mem sensors, not as a c
     psutil, PSUTIL_ERROR = None, f"psutil not importable: {_e}"
 
 
-def now_iso():
-    return datetime.now().astimezone().isoformat(timespec="milliseconds")
-
-
 def fmt(fields):
-    """`key=value ...`; non-finite floats are dropped so data files only ever hold plain numbers."""
+    """`key=value ...` of the plain finite numbers in ``fields`` (whatever a plug-in returns): anything else is
+    dropped, so that data files only ever hold plain numbers."""
     return " ".join(f"{k}={v}" for k, v in fields.items()
-                    if not (isinstance(v, float) and not math.isfinite(v)))
+                    if isinstance(k, str) and _KEY.match(k) and isinstance(v, (int, float))
+                    and not isinstance(v, bool) and math.isfinite(v))
 
 
 def read_int(path):
@@ -154,79 +160,35 @@ class HwmonPower:
         return {"power_w": round(sum(read_int(p) for p in self.files) / 1e6, 2)}
 
 
-class NvmlGpus:
-    """One line per GPU via NVML; a field the device does not support is left out of its lines."""
+def accel_plugins(accel_dir=ACCEL_DIR):
+    """The accelerator plug-ins: the modules of monitors/accel/ (helpers, named _*, excepted), sorted."""
+    try:
+        names = os.listdir(accel_dir)
+    except OSError:
+        return []
+    return sorted(n[:-3] for n in names if n.endswith(".py") and not n.startswith("_")
+                  and re.fullmatch(r"[A-Za-z0-9_]+", n[:-3]))
 
-    def __init__(self, nv, log):
-        self.nv, self.log = nv, log
-        self.handles = [nv.nvmlDeviceGetHandleByIndex(i) for i in range(nv.nvmlDeviceGetCount())]
-        self.skip = set()  # (index, field) that raised NotSupported
-        devices = []
-        for i, h in enumerate(self.handles):
-            dev = {"index": i}
-            for key, fn in (("name", nv.nvmlDeviceGetName), ("uuid", nv.nvmlDeviceGetUUID)):
-                try:
-                    v = fn(h)
-                    dev[key] = v.decode() if isinstance(v, bytes) else v
-                except nv.NVMLError:
-                    pass
-            devices.append(dev)
-        self.status = {"available": True, "source": "nvml", "count": len(devices), "devices": devices}
-        self.fields = (
-            ("temp", lambda h: {"temp_c": nv.nvmlDeviceGetTemperature(h, nv.NVML_TEMPERATURE_GPU)}),
-            ("power", lambda h: {"power_w": round(nv.nvmlDeviceGetPowerUsage(h) / 1000, 1)}),
-            ("mem", self._mem),
-            ("util", lambda h: {"util_pct": nv.nvmlDeviceGetUtilizationRates(h).gpu}),
-        )
 
-    def _mem(self, h):
-        m = self.nv.nvmlDeviceGetMemoryInfo(h)
-        return {"mem_used_mib": round(m.used / MIB, 1), "mem_total_mib": round(m.total / MIB, 1)}
+def load_plugin(name):
+    """-> (module monitors.accel.<name>, None), or (None, why it cannot be loaded)."""
+    if name not in accel_plugins():
+        return None, f"no accelerator plug-in {name!r} in {ACCEL_DIR}"
+    try:
+        return importlib.import_module(f"monitors.accel.{name}"), None
+    except Exception as e:  # a broken plug-in is an unavailable sensor, not a crashed monitor
+        return None, f"plug-in {name} cannot be loaded: {type(e).__name__}: {e}"
 
-    @classmethod
-    def open(cls, log):
-        """-> (NvmlGpus | None, reason | None)."""
-        try:
-            import pynvml as nv
-        except ImportError as e:
-            return None, f"pynvml not installed ({e})"
-        try:
-            nv.nvmlInit()
-        except nv.NVMLError as e:
-            return None, f"NVML not usable: {e}"
-        try:
-            gpus = cls(nv, log)
-        except nv.NVMLError as e:
-            nv.nvmlShutdown()
-            return None, f"NVML device query failed: {e}"
-        if not gpus.handles:
-            nv.nvmlShutdown()
-            return None, "NVML found no GPU"
-        return gpus, None
 
-    def read(self, now):
-        rows = []
-        for i, h in enumerate(self.handles):
-            row = {"gpu": i}
-            for name, fn in self.fields:
-                if (i, name) in self.skip:
-                    continue
-                try:
-                    row.update(fn(h))
-                except self.nv.NVMLError_NotSupported:
-                    self.skip.add((i, name))
-                    self.log.once(f"gpu {i}: {name} not supported, field omitted")
-                except self.nv.NVMLError as e:
-                    self.log.once(f"gpu {i}: {name}: {e}")
-            if len(row) > 1:
-                rows.append(row)
-        return rows
-
-    def close(self):
-        try:
-            self.nv.nvmlShutdown()
-        except self.nv.NVMLError:
-            pass
+def open_accelerators(name, log):
+    """-> (sampler, None) or (None, reason) of plug-in ``name``."""
+    plugin, problem = load_plugin(name)
+    if plugin is None:
+        return None, problem
+    try:
+        return plugin.open(log)
+    except Exception as e:  # plug-ins report problems as reasons; this is a bug in one
+        return None, f"plug-in {name} failed to open: {type(e).__name__}: {e}"
 
 
 # ---------------------------------------------------------------- monitor
@@ -248,19 +210,12 @@ class Log:
             self(msg)
 
 
-def write_json_atomic(path, obj):
-    tmp = f"{path}.tmp.{os.getpid()}"
-    with open(tmp, "w") as f:
-        json.dump(obj, f, indent=1)
-        f.write("\n")
-    os.replace(tmp, path)
-
-
 def setup_sensors(gpu, vendor, log, root=None):
-    """-> ({name: (sensor, file name)} for available sensors, {name: status entry} for all)."""
+    """-> ({name: (sensor, file name)} for available sensors, {name: SensorStatus} for all of cpu, mem, pwr, gpu).
+    ``gpu``: an accelerator plug-in of monitors/accel/ or "none"."""
     sensors, status = {}, {}
     if psutil is None:
-        status["cpu"] = status["mem"] = {"available": False, "reason": PSUTIL_ERROR}
+        status["cpu"] = status["mem"] = SensorStatus(False, reason=PSUTIL_ERROR)
     else:
         sensors["cpu"], sensors["mem"] = CpuSensor(), MemSensor()
     rapl, problem = RaplPower.discover(root)
@@ -269,21 +224,22 @@ def setup_sensors(gpu, vendor, log, root=None):
         sensors["pwr"] = pwr
         pwr.read(time.monotonic())  # prime RAPL: the first tick reports power since now
     else:
-        status["pwr"] = {"available": False,
-                         "reason": "; ".join(filter(None, [problem, "no RAPL energy counters or hwmon power sensors"]))}
-    if gpu == "nvml":
-        gpus, reason = NvmlGpus.open(log)
-        if gpus:
-            sensors["gpu"] = gpus
-        else:
-            status["gpu"] = {"available": False, "reason": reason}
+        status["pwr"] = SensorStatus(False, reason="; ".join(
+            filter(None, [problem, "no RAPL energy counters or hwmon power sensors"])))
+    if gpu == "none":
+        status["gpu"] = SensorStatus(False, reason="disabled (--gpu none)", extra={"vendor": vendor})
     else:
-        status["gpu"] = {"available": False, "reason": "disabled (--gpu none)"}
-    files = {name: (s, f"{vendor if name == 'gpu' else name}_monitor.log") for name, s in sensors.items()}
+        sampler, reason = open_accelerators(gpu, log)
+        if sampler is not None:
+            sensors["gpu"] = sampler
+        else:
+            status["gpu"] = SensorStatus(False, reason=reason, extra={"plugin": gpu, "vendor": vendor})
+    files = {name: (s, monitor_file_name(name, vendor)) for name, s in sensors.items()}
     for name, (s, fname) in files.items():
-        status[name] = dict(s.status, file=fname)
-    if "gpu" in status:
-        status["gpu"]["vendor"] = vendor
+        extra = {k: v for k, v in s.status.items() if k not in ("available", "reason", "source", "file")}
+        if name == "gpu":
+            extra.update(plugin=gpu, vendor=vendor)
+        status[name] = SensorStatus(True, source=s.status.get("source"), file=fname, extra=extra)
     return files, {k: status[k] for k in ("cpu", "mem", "pwr", "gpu")}
 
 
@@ -346,14 +302,18 @@ def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--out-dir", required=True)
     p.add_argument("--interval", type=float, default=1.0, help="seconds between samples (default 1)")
-    p.add_argument("--gpu", choices=("nvml", "none"), default="nvml")
+    p.add_argument("--gpu", default="nvml", metavar="PLUGIN",
+                   help="accelerator plug-in of monitors/accel/ (%s) or none (default nvml)" % ", ".join(accel_plugins()))
     p.add_argument("--vendor", default="nvidia", help="names the GPU file <vendor>_monitor.log")
     p.add_argument("--run-id")
     p.add_argument("--max-seconds", type=float, help="stop by itself after this many seconds")
     args = p.parse_args(argv)
     if not args.interval > 0:
         p.error("--interval must be > 0")
-    if not re.fullmatch(r"[A-Za-z0-9_.-]+", args.vendor) or (args.gpu != "none" and args.vendor in RESERVED_FILES):
+    plugins = accel_plugins()
+    if args.gpu != "none" and args.gpu not in plugins:
+        p.error(f"--gpu {args.gpu!r}: expected none or an accelerator plug-in of {ACCEL_DIR} ({', '.join(plugins)})")
+    if not re.fullmatch(r"[A-Za-z0-9_.-]+", args.vendor) or (args.gpu != "none" and args.vendor in HOST_SENSORS):
         p.error(f"--vendor {args.vendor!r} cannot name a GPU file")
     return args
 
@@ -370,18 +330,18 @@ def main(argv=None):
     signal.signal(signal.SIGINT, on_signal)
     args = parse_args(argv)
     os.makedirs(args.out_dir, exist_ok=True)
-    log = Log(os.path.join(args.out_dir, "monitor.log"))
+    log = Log(os.path.join(args.out_dir, MONITOR_LOG))
     sensors, sensor_status = setup_sensors(args.gpu, args.vendor, log)  # primes cpu and RAPL counters
     primed = time.monotonic()
-    status = {"schema": STATUS_SCHEMA, "pid": os.getpid(), "run_id": args.run_id, "interval_s": args.interval,
-              "started": now_iso(), "sensors": sensor_status}
-    status_path = os.path.join(args.out_dir, "monitor_status.json")
-    write_json_atomic(status_path, status)
+    status = MonitorStatus(pid=os.getpid(), interval_s=args.interval, started=now_iso(), sensors=sensor_status,
+                           run_id=args.run_id)
+    status_path = os.path.join(args.out_dir, MONITOR_STATUS_FILE)
+    write_json_atomic(status_path, status.to_dict())
     log(f"started pid={os.getpid()} ppid={ppid} interval={args.interval}s run_id={args.run_id} "
         f"sensors={','.join(sensors)}")
     for name, st in sensor_status.items():
-        if not st["available"]:
-            log(f"sensor {name} unavailable: {st['reason']}")
+        if not st.available:
+            log(f"sensor {name} unavailable: {st.reason}")
 
     mon = Monitor(args.out_dir, sensors, log)
     deadline = started_mono + args.max_seconds if args.max_seconds is not None else None
@@ -395,8 +355,8 @@ def main(argv=None):
         mon.close()
     reason = reason or (f"signal {signals[0]}" if signals else "stopped")
     cost_ms = round(mon.cost_s / mon.samples * 1000, 3) if mon.samples else None
-    write_json_atomic(status_path, dict(status, stopped=now_iso(), stop_reason=reason,
-                                        samples=mon.samples, sample_ms_mean=cost_ms))
+    write_json_atomic(status_path, dataclasses.replace(status, stopped=now_iso(), stop_reason=reason,
+                                                       samples=mon.samples, sample_ms_mean=cost_ms).to_dict())
     log(f"stopped ({reason}) after {mon.samples} samples, mean sample cost {cost_ms} ms")
     return 0
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Set up the Docker test environment by hand (tests/dockerenv.py), the same way the ``docker_env`` fixture does.
+"""Set up the Docker test environment by hand (testbed/dockerenv.py), the same way the ``docker_env`` fixture does.
 
   python scripts/docker-testenv.py [--rebuild] [--no-smoke] [--log PATH]
 
@@ -40,7 +40,7 @@ def _reexec_in_venv() -> None:
 
 _reexec_in_venv()
 sys.path.insert(0, str(REPO))
-from tests import dockerenv
+from testbed import dockerenv  # noqa: E402  (after the re-exec and sys.path above)
 
 
 def smoke(client, image: str) -> dict:

@@ -1,42 +1,239 @@
 #!/usr/bin/env bash
-# Set up flagperf in ./.venv: the driver (editable install) and torch for the benchmarks.
-#   scripts/setup.sh          driver + torch
-#   scripts/setup.sh --test   the same plus the test tools
-# The venv sees the system's site-packages, so a torch that is already installed (GPU servers) is used as is.
-# Otherwise torch==2.13.0 is installed (set FLAGPERF_TORCH_SPEC to choose another build).
+# Set up flagperf with the Python environment you have (docs/install.md).
+#   scripts/setup.sh                 the driver's dependencies and torch
+#   scripts/setup.sh --test          the same plus the test tools (pytest, ruff, mypy, setuptools, an sshd)
+#   scripts/setup.sh --print-python  print the interpreter to run flagperf with; install nothing
+# stdout: one line, the interpreter; run flagperf from this checkout as `<interpreter> -m flagperf`.
+# Progress and errors go to stderr.
+#
+# The active interpreter is $PYTHON, else python3 on PATH (the activated venv or conda env). When it already
+# imports torch and every dependency, it is used as it is: nothing is downloaded or installed. Otherwise
+# ./.venv is created from it; a .pth file there lists the interpreter's site-packages, so what is installed
+# there (torch on a GPU server) is seen, and only what is missing is installed into ./.venv.
+# On a machine with a GPU, a missing torch is never replaced by a CPU build: setup stops and says which
+# torch to install (or set FLAGPERF_TORCH_SPEC to the pip arguments of the build to install).
+# FLAGPERF_ASSUME_GPU=1 (or 0) overrides the GPU detection (nvidia-smi -L, /dev/nvidia0).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PY=${PYTHON:-python3}
+ROOT=$(pwd)
+VENV=$ROOT/.venv
+
+say() { echo "setup: $*" >&2; }
+die() { echo "setup: $*" >&2; exit 1; }
+
 want_test=0
-[ "${1:-}" = "--test" ] && want_test=1
+print_only=0
+for arg in "$@"; do
+  case $arg in
+    --test) want_test=1 ;;
+    --print-python) print_only=1 ;;
+    -h|--help) sed -n '2,7p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 0 ;;
+    *) die "unknown option '$arg'; expected --test, --print-python or --help" ;;
+  esac
+done
 
-if [ ! -x .venv/bin/python ]; then
-  echo "setup: creating .venv with $($PY --version 2>&1)"
-  "$PY" -m venv --system-site-packages .venv
-fi
-pip() { .venv/bin/python -m pip --disable-pip-version-check -q "$@"; }
+# Import names; "wheelbuild" is a setuptools that builds wheels (>= 70.1, or >= 64 with wheel).
+RUNTIME_MODULES=(torch click rich yaml psutil pynvml paramiko docker)
+TEST_MODULES=(pytest ruff mypy wheelbuild)
+pip_spec() {    # the pip requirement that provides an import name (as in pyproject.toml)
+  case $1 in
+    yaml) echo "pyyaml>=5.4" ;;
+    pynvml) echo "nvidia-ml-py>=11.0" ;;
+    click) echo "click>=8.0" ;;
+    rich) echo "rich>=12" ;;
+    psutil) echo "psutil>=5.8" ;;
+    paramiko) echo "paramiko>=3.0" ;;
+    docker) echo "docker>=6.0" ;;
+    pytest) echo "pytest>=7" ;;
+    ruff) echo "ruff>=0.4" ;;
+    mypy) echo "mypy>=1.8" ;;
+    wheelbuild) echo "setuptools>=70.1" ;;
+    *) echo "$1" ;;
+  esac
+}
+need=("${RUNTIME_MODULES[@]}")
+[ $want_test = 1 ] && need+=("${TEST_MODULES[@]}")
 
-stamp=.venv/.flagperf-installed
-if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
-  echo "setup: installing flagperf and its dependencies"
-  pip install -e . 2>&1 | grep -v "^WARNING: Location" || true
-  touch "$stamp"
+# missing PYTHON MODULE...: print the modules that PYTHON cannot import, space-separated.
+missing() {
+  local py=$1
+  shift
+  "$py" - "$@" 2>/dev/null <<'EOF' || echo "$*"
+import importlib
+import sys
+
+def usable(name):
+    if name == "wheelbuild":
+        import setuptools
+        version = tuple(int(p) for p in setuptools.__version__.split(".")[:2] if p.isdigit())
+        if version >= (70, 1):
+            return True
+        import wheel  # noqa: F401
+        return version >= (64,)
+    importlib.import_module(name)
+    return True
+
+missing = []
+for name in sys.argv[1:]:
+    try:
+        ok = usable(name)
+    except Exception:
+        ok = False
+    if not ok:
+        missing.append(name)
+print(" ".join(missing))
+EOF
+}
+
+has() { [[ " $1 " == *" $2 "* ]]; }
+
+gpu_present() {
+  case ${FLAGPERF_ASSUME_GPU:-} in
+    1|yes|true) return 0 ;;
+    0|no|false) return 1 ;;
+  esac
+  [ -e /dev/nvidia0 ] && return 0
+  command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU ' && return 0
+  return 1
+}
+
+# The CUDA build of torch to suggest: the newest PyTorch wheel index not newer than the driver's CUDA version.
+torch_index_hint() {
+  local cuda="" idx="cu126" v
+  if command -v nvidia-smi >/dev/null 2>&1; then
+    cuda=$(nvidia-smi 2>/dev/null | sed -n 's/.*CUDA Version: *\([0-9]*\)\.\([0-9]*\).*/\1\2/p' | head -n 1)
+  fi
+  if [ -n "$cuda" ]; then
+    idx=""
+    for v in 118 121 124 126 128 129 130; do [ "$cuda" -ge "$v" ] && idx="cu$v"; done
+    [ -n "$idx" ] || idx="cu118"
+    say "  (the driver supports CUDA ${cuda:0:${#cuda}-1}.${cuda: -1})"
+  fi
+  echo "$idx"
+}
+
+# --- the active interpreter ---------------------------------------------------------------------------
+PY=${PYTHON:-}
+if [ -z "$PY" ]; then
+  PY=$(command -v python3) || die "no python3 on PATH: activate the environment to use, or set PYTHON=/path/to/python"
 fi
-if ! .venv/bin/python -c "import torch" 2>/dev/null; then
-  spec=${FLAGPERF_TORCH_SPEC:-torch==2.13.0}
-  echo "setup: installing $spec and numpy for the benchmarks"
-  pip install "$spec" numpy 2>&1 | grep -v "^WARNING: Location" || true
+command -v "$PY" >/dev/null 2>&1 || die "PYTHON=$PY: no such interpreter"
+"$PY" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 9) else 1)' 2>/dev/null ||
+  die "$PY is $("$PY" --version 2>&1 || echo 'not runnable'); flagperf needs Python >= 3.9"
+PY=$("$PY" -c 'import sys; print(sys.executable)')     # the interpreter itself, not a shim (pyenv)
+
+miss=$(missing "$PY" "${need[@]}")
+if [ -z "$miss" ]; then
+  [ $print_only = 1 ] || say "using $PY as it is: it has torch and every dependency; nothing to install"
+  use=$PY
+elif [ $print_only = 1 ]; then
+  [ -x "$VENV/bin/python" ] && [ -z "$(missing "$VENV/bin/python" "${need[@]}")" ] ||
+    die "not set up yet ($PY lacks: $miss): run scripts/setup.sh$([ $want_test = 1 ] && echo ' --test')"
+  use=$VENV/bin/python
+else
+  say "using $VENV ($PY lacks: $miss)"
+  VPY=$VENV/bin/python
+  if [ -x "$VPY" ]; then vmiss=$(missing "$VPY" "${need[@]}"); else vmiss=$miss; fi
+
+  # --- the GPU guard: never a CPU build of torch where a GPU is ------------------------------------------
+  if has "$vmiss" torch && [ -z "${FLAGPERF_TORCH_SPEC:-}" ] && gpu_present; then
+    gpus=$(nvidia-smi -L 2>/dev/null | head -n 2 | sed 's/ (UUID.*//' | paste -sd ';' - || true)
+    if ! has "$miss" torch; then
+      die "a GPU is present and $PY has torch, but $VENV (made from another interpreter) does not see it;
+setup: remove $VENV and run this again, so that it is made from $PY"
+    fi
+    say "a GPU is present${gpus:+ ($gpus)} but $PY cannot import torch."
+    say "flagperf does not install torch on a GPU machine: a CPU build would leave the GPU unused."
+    idx=$(torch_index_hint)
+    say "install the CUDA build of torch that matches the driver into that environment, for example"
+    say "  $PY -m pip install torch numpy --index-url https://download.pytorch.org/whl/$idx"
+    say "(builds: https://pytorch.org/get-started/locally/), or run with FLAGPERF_TORCH_SPEC set to the pip"
+    say "arguments of the build to install here, e.g. FLAGPERF_TORCH_SPEC='torch --index-url .../whl/$idx'."
+    say "then run this again."
+    exit 1
+  fi
+
+  # --- ./.venv, seeing the active interpreter's packages ------------------------------------------------
+  if [ ! -x "$VPY" ]; then
+    say "creating $VENV from $PY ($("$PY" --version 2>&1))"
+    "$PY" -m venv "$VENV" >&2 ||
+      die "could not create $VENV with $PY -m venv (on Debian/Ubuntu: apt-get install python3-venv)"
+    site_dir=$("$VPY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+    "$PY" - "$site_dir" > "$site_dir/_flagperf_parent_env.pth" <<'EOF'
+import os
+import site
+import sys
+import sysconfig
+
+own = os.path.realpath(sys.argv[1])
+dirs = list(site.getsitepackages())
+dirs += [sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]]
+if site.ENABLE_USER_SITE:
+    dirs.append(site.getusersitepackages())
+seen = set()
+print("# The site-packages of the interpreter .venv was made from (scripts/setup.sh): its packages are seen here.")
+for d in dirs:
+    real = os.path.realpath(d)
+    if os.path.isdir(real) and real != own and real not in seen:
+        seen.add(real)
+        print(real)
+EOF
+    say "$VENV sees the packages of $PY ($(grep -vc '^#' "$site_dir/_flagperf_parent_env.pth") site dir(s), listed in $site_dir/_flagperf_parent_env.pth)"
+    vmiss=$(missing "$VPY" "${need[@]}")
+  fi
+
+  changed=0
+  pip() { "$VPY" -m pip --disable-pip-version-check -q "$@" >&2; }
+
+  stamp=$VENV/.flagperf-installed
+  installed=0
+  "$VPY" -c 'import importlib.metadata as m; m.distribution("flagperf")' 2>/dev/null && installed=1
+  if [ $installed = 0 ] || [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ setup.py -nt "$stamp" ]; then
+    say "installing flagperf (editable) and the dependencies $VPY lacks"
+    changed=1
+    if pip install -e .; then
+      touch "$stamp"
+    elif [ $installed = 1 ]; then
+      say "warning: could not reinstall flagperf into $VENV (offline?); keeping the installed one"
+    else
+      die "could not install flagperf into $VENV (see the messages above)"
+    fi
+    vmiss=$(missing "$VPY" "${need[@]}")
+  fi
+
+  if has "$vmiss" torch; then
+    read -r -a torch_args <<< "${FLAGPERF_TORCH_SPEC:-torch==2.13.0}"
+    say "installing ${torch_args[*]} and numpy for the benchmarks"
+    changed=1
+    pip install "${torch_args[@]}" numpy || die "could not install ${torch_args[*]} (see the messages above)"
+  fi
+  specs=()
+  for m in $vmiss; do
+    [ "$m" = torch ] || specs+=("$(pip_spec "$m")")
+  done
+  if [ ${#specs[@]} -gt 0 ]; then
+    say "installing ${specs[*]}"
+    changed=1
+    pip install "${specs[@]}" || die "could not install ${specs[*]} (see the messages above)"
+  fi
+  if [ $changed = 1 ]; then
+    left=$(missing "$VPY" "${need[@]}")
+    [ -z "$left" ] || die "$VENV still cannot import: $left (see the messages above)"
+  else
+    say "$VENV has everything; nothing to install"
+  fi
+  use=$VPY
 fi
-if [ $want_test = 1 ] && [ ! -x /usr/sbin/sshd ]; then
-  echo "setup: installing openssh-server (the SSH tests start their own sshd on 127.0.0.x)"
+
+if [ $want_test = 1 ] && [ $print_only = 0 ] && [ ! -x /usr/sbin/sshd ]; then
+  say "installing openssh-server (the SSH tests start their own sshd on 127.0.0.x)"
   if [ "$(id -u)" = 0 ]; then sudo=""; else sudo="sudo"; fi
-  $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q openssh-server >/dev/null 2>&1 || {
-    $sudo apt-get update -q >/dev/null && $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q openssh-server >/dev/null; } || {
-    echo "setup: could not install openssh-server" >&2; exit 1; }
+  { $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q openssh-server >&2 ||
+    { $sudo apt-get update -q >&2 && $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q openssh-server >&2; }
+  } || die "could not install openssh-server"
 fi
-if [ $want_test = 1 ] && ! .venv/bin/python -c "import pytest" 2>/dev/null; then
-  echo "setup: installing pytest"
-  pip install "pytest>=7" 2>&1 | grep -v "^WARNING: Location" || true
-fi
-.venv/bin/python -c "import flagperf, torch, click, rich, yaml, psutil" || {
-  echo "setup: the environment in .venv is incomplete (see the messages above)" >&2; exit 1; }
+
+# flagperf itself runs from this checkout: `python -m flagperf` here (or with PYTHONPATH=$ROOT).
+(cd "$ROOT" && "$use" -c 'import flagperf.cli') 2>/dev/null ||
+  die "$use cannot import flagperf.cli from $ROOT; try: cd $ROOT && $use -c 'import flagperf.cli'"
+echo "$use"

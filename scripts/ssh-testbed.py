@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Run the SSH test bed by hand: N real sshd servers on 127.0.0.2, 127.0.0.3, ... (tests/sshbed.py).
+"""Run the SSH test bed by hand: N real sshd servers on 127.0.0.2, 127.0.0.3, ... (testbed/sshbed.py).
 
   python scripts/ssh-testbed.py start N [--root DIR] [--port P] [--master-port M]
       start the bed in the foreground, write DIR/cluster.yaml, print how to point flagperf at it; Ctrl-C stops
@@ -25,7 +25,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 def _import_sshbed():
     sys.path.insert(0, str(REPO))
-    from tests import sshbed
+    from testbed import sshbed
     return sshbed
 
 

@@ -41,9 +41,9 @@ class LocalTransport(Transport):
             cp = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout,
                                 stdin=subprocess.DEVNULL, errors="replace")
         except FileNotFoundError:
-            raise HostError(f"{self.name}: command not found: {argv[0]}") from None
+            raise HostError(f"{self.name}: command not found: {argv[0]}", "not_found") from None
         except subprocess.TimeoutExpired:
-            raise HostError(f"{self.name}: command timed out after {timeout:g} s: {list(argv)}") from None
+            raise HostError(f"{self.name}: command timed out after {timeout:g} s: {list(argv)}", "timeout") from None
         return CommandResult(tuple(argv), cp.returncode, cp.stdout, cp.stderr, time.monotonic() - t0)
 
     def spawn(self, argv, log_path=None):

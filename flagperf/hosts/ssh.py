@@ -22,29 +22,13 @@ from pathlib import Path
 
 from flagperf.hosts.base import CommandResult, HostError, Process, Transport
 from flagperf.hosts.treesync import HASH_SCRIPT, missing_locally, write_tar
+from flagperf.sshconfig import resolved_address, ssh_config_lookup  # noqa: F401 (resolved_address re-exported)
 
 CONNECT_TIMEOUT_S = 10.0
 KEEPALIVE_S = 15
 _PID_WRAPPER = 'echo $$; exec "$@"'
 _SPAWN_WRAPPER = 'echo $$; log=$1; shift; exec "$@" </dev/null >>"$log" 2>&1'
 _known_hosts_lock = threading.Lock()
-
-
-def ssh_config_lookup(address: str) -> dict:
-    """~/.ssh/config entries for an address (hostname, user, port, identityfile), {} when none."""
-    import paramiko
-    path = Path("~/.ssh/config").expanduser()
-    if not path.is_file():
-        return {}
-    try:
-        return dict(paramiko.SSHConfig.from_path(str(path)).lookup(address))
-    except Exception:  # noqa: BLE001 - a broken ssh config must not stop the run; paramiko parses loosely
-        return {}
-
-
-def resolved_address(address: str) -> str:
-    """The address that other hosts should use for this host (HostName from ~/.ssh/config, if any)."""
-    return ssh_config_lookup(address).get("hostname", address)
 
 
 class SSHProcess(Process):
@@ -113,7 +97,7 @@ class SSHTransport(Transport):
         self.ssh = client.get_transport()
         self.ssh.set_keepalive(KEEPALIVE_S)
         self.where = where
-        self._forwards = []
+        self._forwards: list = []
 
     # -- commands -----------------------------------------------------------------------------------------------
     def _open(self, argv, wrapper=_PID_WRAPPER, extra=()):

@@ -14,6 +14,12 @@ import hashlib, json, os, sys
 root = sys.argv[1]
 out = {}
 for top in [os.path.join(root, s) for s in sys.argv[2:]] or [root]:
+  if os.path.isfile(top):
+    h = hashlib.sha256()
+    with open(top, "rb") as fh:
+        h.update(fh.read())
+    out[os.path.relpath(top, root)] = h.hexdigest()
+    continue
   for d, dirs, files in os.walk(top):
     dirs[:] = [x for x in dirs if x != "__pycache__"]
     for f in files:
@@ -30,10 +36,14 @@ print(json.dumps(out))
 
 
 def local_hashes(root, subdirs=()) -> dict:
-    """{relpath: sha256} under root (or its subfolders), following symlinks, skipping __pycache__."""
+    """{relpath: sha256} under root (or its subfolders and single files), following symlinks, skipping
+    __pycache__."""
     root = Path(root)
     out = {}
     for top in [root / s for s in subdirs] or [root]:
+        if top.is_file():
+            out[os.path.relpath(top, root)] = sha256_file(top)
+            continue
         if not top.is_dir():
             continue
         for d, dirs, files in os.walk(top, followlinks=True):

@@ -4,15 +4,14 @@ Data line: `<ISO-8601 timestamp with offset> key=value key=value ...`, values pl
 """
 from __future__ import annotations
 
-import json
 import math
 import os
 import re
 from datetime import datetime
 
-STATUS_FILE = "monitor_status.json"
-STATUS_SCHEMA_PREFIX = "flagperf.monitor-status/"
-HOST_SENSORS = ("cpu", "mem", "pwr")  # any other <name>_monitor.log is a GPU file named after the vendor
+from flagperf_contract import HOST_SENSORS, MONITOR_STATUS_FILE, ContractError, MonitorStatus, read_json_file
+
+_MONITOR_FILE = re.compile(r"[A-Za-z0-9_.-]+_monitor\.log\Z")   # a data file name a host may name
 
 _KEY = re.compile(r"[a-z_][a-z0-9_]*\Z")
 _INT = re.compile(r"-?\d+\Z")
@@ -64,16 +63,12 @@ def read_monitor_file(path, strict: bool = False) -> list[tuple[datetime, dict]]
     return samples
 
 
-def read_status(dir) -> dict | None:
-    """monitor_status.json of a monitor output dir, or None when missing, unreadable or not a monitor status."""
+def read_status(dir) -> tuple:
+    """(MonitorStatus, None) from a node directory's monitor_status.json, or (None, what is wrong with it)."""
     try:
-        with open(os.path.join(dir, STATUS_FILE), encoding="utf-8") as f:
-            status = json.load(f)
-    except (OSError, ValueError):
-        return None
-    if not isinstance(status, dict) or not str(status.get("schema", "")).startswith(STATUS_SCHEMA_PREFIX):
-        return None
-    return status
+        return read_json_file(os.path.join(dir, MONITOR_STATUS_FILE), MonitorStatus), None
+    except ContractError as exc:
+        return None, str(exc)
 
 
 def _stats(samples, key, *kinds, ndigits=1):
@@ -112,8 +107,11 @@ def summarize_monitors(node_dir) -> dict:
     if pwr:
         result["pwr"] = {"samples": len(pwr), **_stats(pwr, "power_w", "mean", "max")}
 
-    status = read_status(node_dir) or {}
-    gpu_file = ((status.get("sensors") or {}).get("gpu") or {}).get("file")
+    status, _ = read_status(node_dir)
+    sensors = status.sensors if status else {}
+    gpu_file = sensors["gpu"].file if "gpu" in sensors else None
+    if gpu_file and not _MONITOR_FILE.match(gpu_file):
+        gpu_file = None     # a status naming a file outside the node directory is not followed
     if not gpu_file:  # no status: any <vendor>_monitor.log that is not a host sensor
         names = sorted(f for f in os.listdir(node_dir) if f.endswith("_monitor.log")
                        and f[:-len("_monitor.log")] not in HOST_SENSORS) if os.path.isdir(node_dir) else []
@@ -133,8 +131,7 @@ def summarize_monitors(node_dir) -> dict:
                             **_stats(s, "mem_total_mib", "max"), **_stats(s, "util_pct", "mean", "max")})
         result["gpu"] = {"vendor": gpu_file[:-len("_monitor.log")], "devices": devices}
 
-    unavailable = {name: st.get("reason", "") for name, st in (status.get("sensors") or {}).items()
-                   if isinstance(st, dict) and st.get("available") is False}
+    unavailable = {name: st.reason or "" for name, st in sensors.items() if not st.available}
     if unavailable:
         result["unavailable"] = unavailable
     return result

@@ -1,56 +1,24 @@
-"""The run summary: ``summary.json`` (schema flagperf.summary/1) built from the rounds' results."""
+"""The run summary: ``summary.json`` (schema flagperf.summary/1) as a model that the pipeline builds and the
+``report`` command, the reporters and the CLI read back with :meth:`Summary.load`.
+
+docs/results.md describes every field.
+"""
 
 from __future__ import annotations
 
 import json
-import os
 import statistics
 from dataclasses import dataclass, field
+from pathlib import Path
+
+from flagperf.results.interpret import Status, case_status, run_status
+from flagperf_contract import write_json_atomic
 
 SUMMARY_SCHEMA = "flagperf.summary/1"
 
 
-@dataclass
-class NodeResult:
-    label: str
-    host: str
-    node_rank: int
-    launcher_exit: int | None = None
-    ranks: list = field(default_factory=list)      # from ranks.json
-    monitors: dict = field(default_factory=dict)   # from results.monitors.summarize_monitors
-
-
-@dataclass
-class RoundResult:
-    index: int
-    dir: str                      # relative to the run directory
-    status: str = "not_run"       # passed | skipped | failed | timeout | interrupted | error | not_run
-    duration_s: float = 0.0
-    finished: dict | None = None  # rank 0's FINISHED payload
-    failure: dict | None = None   # {reason, node, rank, exit_code, log, last_lines}
-    nodes: list = field(default_factory=list)
-
-
-@dataclass
-class CaseResult:
-    name: str
-    key: str
-    spec: object
-    rounds: list = field(default_factory=list)
-
-    @property
-    def status(self) -> str:
-        states = {r.status for r in self.rounds}
-        if states == {"passed"}:
-            return "passed"
-        if states == {"skipped"}:
-            return "skipped"
-        if states == {"passed", "skipped"}:
-            return "passed"
-        if "interrupted" in states or ("not_run" in states and "failed" not in states and "timeout" not in states
-                                       and "error" not in states):
-            return "interrupted"
-        return "failed"
+class SummaryError(ValueError):
+    """summary.json is missing or does not follow its schema; the message names the file."""
 
 
 def stats(values) -> dict | None:
@@ -67,78 +35,183 @@ def stats(values) -> dict | None:
     }
 
 
-def case_summary(result: CaseResult) -> dict:
-    spec = result.spec
-    passed = [r for r in result.rounds if r.status == "passed" and r.finished]
-    head = passed[0].finished if passed else {}
-    metric_names = sorted({name for r in passed for name in (r.finished.get("metrics") or {})})
-    case_stats = {
-        "value": stats(r.finished["value"] for r in passed),
-        "e2e_time": stats(r.finished["e2e_time"] for r in passed),
-    }
-    for name in metric_names:
-        case_stats[name] = stats((r.finished["metrics"].get(name) or {}).get("value") for r in passed)
-    return {
-        "name": result.name,
-        "key": result.key,
-        "model": spec.model, "framework": spec.framework, "hw": spec.hw,
-        "nnodes": spec.nnodes, "nproc": spec.nproc, "repeat": spec.repeat, "data_dir": spec.data_dir,
-        "status": result.status,
-        "metric": head.get("metric"),
-        "unit": head.get("unit"),
-        "higher_is_better": head.get("higher_is_better"),
-        "rounds_passed": len(passed),
-        "rounds": [
-            {
-                "round": r.index,
-                "dir": r.dir,
-                "status": r.status,
-                "duration_s": round(r.duration_s, 3),
-                "value": r.finished.get("value") if r.finished else None,
-                "e2e_time": r.finished.get("e2e_time") if r.finished else None,
-                "metrics": {k: v for k, v in (r.finished or {}).get("metrics", {}).items()},
-                "checks": (r.finished or {}).get("checks"),
-                "env": (r.finished or {}).get("env"),
-                "failure": r.failure,
-                "nodes": [
-                    {"node": n.label, "host": n.host, "node_rank": n.node_rank, "launcher_exit": n.launcher_exit,
-                     "ranks": n.ranks, "monitors": n.monitors}
-                    for n in r.nodes
-                ],
-            }
-            for r in result.rounds
-        ],
-        "stats": case_stats,
-    }
+@dataclass
+class NodeSummary:
+    node: str
+    host: str
+    node_rank: int
+    launcher_exit: int | None = None
+    ranks: list = field(default_factory=list)      # ranks.json's rank records
+    monitors: dict = field(default_factory=dict)   # results.monitors.summarize_monitors
+
+    def to_dict(self) -> dict:
+        return {"node": self.node, "host": self.host, "node_rank": self.node_rank,
+                "launcher_exit": self.launcher_exit, "ranks": self.ranks, "monitors": self.monitors}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "NodeSummary":
+        return cls(d["node"], d.get("host", ""), d.get("node_rank", 0), d.get("launcher_exit"),
+                   list(d.get("ranks") or []), dict(d.get("monitors") or {}))
 
 
-def build_summary(*, run_id, run_dir, version, started, finished, interrupted, vendor, runtime, hosts,
-                  case_results) -> dict:
-    cases = [case_summary(c) for c in case_results]
-    if interrupted:
-        status = "interrupted"
-    elif all(c["status"] in ("passed", "skipped") for c in cases):
-        status = "passed"
-    else:
-        status = "failed"
-    return {
-        "schema": SUMMARY_SCHEMA,
-        "run_id": run_id,
-        "run_dir": str(run_dir),
-        "flagperf_version": version,
-        "started": started,
-        "finished": finished,
-        "status": status,
-        "vendor": vendor,
-        "runtime": runtime,
-        "hosts": list(hosts),
-        "cases": cases,
-    }
+@dataclass
+class RoundSummary:
+    round: int
+    dir: str                            # relative to the run directory
+    status: Status = Status.NOT_RUN
+    duration_s: float = 0.0
+    failure: dict | None = None         # {reason, node, rank, exit_code, log, last_lines}
+    finished: dict | None = None        # rank 0's FINISHED payload
+    nodes: list = field(default_factory=list)
+
+    @property
+    def value(self):
+        return self.finished.get("value") if self.finished else None
+
+    @property
+    def e2e_time(self):
+        return self.finished.get("e2e_time") if self.finished else None
+
+    @property
+    def metrics(self) -> dict:
+        return dict((self.finished or {}).get("metrics") or {})
+
+    def to_dict(self) -> dict:
+        f = self.finished or {}
+        return {"round": self.round, "dir": self.dir, "status": self.status.value,
+                "duration_s": round(self.duration_s, 3), "value": self.value, "e2e_time": self.e2e_time,
+                "metrics": self.metrics, "checks": f.get("checks"), "env": f.get("env"),
+                "failure": self.failure, "finished": self.finished,
+                "nodes": [n.to_dict() for n in self.nodes]}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "RoundSummary":
+        finished = d.get("finished")
+        if finished is None and d.get("value") is not None:     # written before "finished" was kept whole
+            finished = {"value": d.get("value"), "e2e_time": d.get("e2e_time"), "metrics": d.get("metrics") or {},
+                        "checks": d.get("checks"), "env": d.get("env")}
+        return cls(d["round"], d.get("dir", ""), Status(d["status"]), d.get("duration_s") or 0.0, d.get("failure"),
+                   finished, [NodeSummary.from_dict(n) for n in d.get("nodes") or []])
 
 
-def write_summary(path, summary: dict) -> None:
-    tmp = f"{path}.tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(summary, f, indent=2, sort_keys=False, default=str)
-        f.write("\n")
-    os.replace(tmp, path)
+@dataclass
+class CaseSummary:
+    name: str
+    key: str
+    model: str
+    framework: str
+    hw: str
+    nnodes: int
+    nproc: int
+    repeat: int
+    data_dir: str | None = None
+    rounds: list = field(default_factory=list)
+
+    @property
+    def status(self) -> Status:
+        return case_status(r.status for r in self.rounds)
+
+    @property
+    def passed_rounds(self) -> list:
+        return [r for r in self.rounds if r.status == Status.PASSED and r.finished]
+
+    @property
+    def head(self) -> dict:
+        p = self.passed_rounds
+        return p[0].finished if p else {}
+
+    @property
+    def metric(self):
+        return self.head.get("metric")
+
+    @property
+    def unit(self):
+        return self.head.get("unit")
+
+    @property
+    def stats(self) -> dict:
+        passed = self.passed_rounds
+        out = {"value": stats(r.value for r in passed), "e2e_time": stats(r.e2e_time for r in passed)}
+        for name in sorted({n for r in passed for n in r.metrics}):
+            out[name] = stats((r.metrics.get(name) or {}).get("value") for r in passed)
+        return out
+
+    def metric_units(self) -> dict:
+        units = {}
+        for r in self.passed_rounds:
+            for name, m in r.metrics.items():
+                units[name] = m.get("unit", "") if isinstance(m, dict) else ""
+        return units
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "key": self.key, "model": self.model, "framework": self.framework,
+                "hw": self.hw, "nnodes": self.nnodes, "nproc": self.nproc, "repeat": self.repeat,
+                "data_dir": self.data_dir, "status": self.status.value, "metric": self.metric, "unit": self.unit,
+                "higher_is_better": self.head.get("higher_is_better"), "rounds_passed": len(self.passed_rounds),
+                "rounds": [r.to_dict() for r in self.rounds], "stats": self.stats}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "CaseSummary":
+        return cls(d["name"], d.get("key", ""), d.get("model", ""), d.get("framework", ""), d.get("hw", ""),
+                   d.get("nnodes", 0), d.get("nproc", 0), d.get("repeat", 0), d.get("data_dir"),
+                   [RoundSummary.from_dict(r) for r in d.get("rounds") or []])
+
+
+@dataclass
+class Summary:
+    run_id: str
+    run_dir: str
+    flagperf_version: str
+    started: str
+    finished: str | None = None
+    duration_s: float = 0.0
+    interrupted: bool = False
+    vendor: str = ""
+    runtime: str = ""
+    backend: str = ""
+    hosts: list = field(default_factory=list)
+    host_checks: list = field(default_factory=list)    # hosts that failed their check: {host, outcome, detail, remedy}
+    cases: list = field(default_factory=list)
+
+    @property
+    def status(self) -> Status:
+        return run_status((c.status for c in self.cases), interrupted=self.interrupted)
+
+    def to_dict(self) -> dict:
+        return {"schema": SUMMARY_SCHEMA, "run_id": self.run_id, "run_dir": self.run_dir,
+                "flagperf_version": self.flagperf_version, "started": self.started, "finished": self.finished,
+                "duration_s": round(self.duration_s, 3), "status": self.status.value,
+                "interrupted": self.interrupted, "vendor": self.vendor, "runtime": self.runtime,
+                "backend": self.backend, "hosts": list(self.hosts), "host_checks": list(self.host_checks),
+                "cases": [c.to_dict() for c in self.cases]}
+
+    @classmethod
+    def from_dict(cls, d) -> "Summary":
+        if not isinstance(d, dict) or d.get("schema") != SUMMARY_SCHEMA:
+            got = d.get("schema") if isinstance(d, dict) else type(d).__name__
+            raise SummaryError(f"expected schema {SUMMARY_SCHEMA!r}, got {got!r}")
+        try:
+            return cls(d["run_id"], d.get("run_dir", ""), d.get("flagperf_version", ""), d.get("started", ""),
+                       d.get("finished"), d.get("duration_s") or 0.0,
+                       bool(d.get("interrupted", d.get("status") == "interrupted")), d.get("vendor", ""),
+                       d.get("runtime", ""), d.get("backend", ""), list(d.get("hosts") or []),
+                       list(d.get("host_checks") or []), [CaseSummary.from_dict(c) for c in d.get("cases") or []])
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise SummaryError(f"does not follow {SUMMARY_SCHEMA}: {type(exc).__name__}: {exc}") from None
+
+    def save(self, path) -> None:
+        write_json_atomic(path, self.to_dict(), indent=2)
+
+    @classmethod
+    def load(cls, path) -> "Summary":
+        path = Path(path)
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise SummaryError(f"{path}: not found; is {path.parent} a flagperf run directory?") from None
+        except (OSError, ValueError) as exc:
+            raise SummaryError(f"{path}: unreadable: {exc}") from None
+        try:
+            return cls.from_dict(data)
+        except SummaryError as exc:
+            raise SummaryError(f"{path}: {exc}") from None

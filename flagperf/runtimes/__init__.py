@@ -1,16 +1,23 @@
-"""Where a node's ranks run on a host: one small Runtime interface, one module per way."""
+"""Where a node's ranks run on a host reached by the host-list backend: one Runtime per module, by name."""
+
+from __future__ import annotations
+
+import importlib
 
 from flagperf.runtimes.base import Runtime
 
+RUNTIMES = {
+    "bare": "flagperf.runtimes.bare:BareRuntime",
+    "docker": "flagperf.runtimes.docker:DockerRuntime",
+}
+
 
 def get_runtime(name: str, config=None) -> Runtime:
-    if name == "bare":
-        from flagperf.runtimes.bare import BareRuntime
-        return BareRuntime()
-    if name == "docker":
-        from flagperf.runtimes.docker import DockerRuntime
-        return DockerRuntime(config)
-    raise ValueError(f"runtime {name!r} is not available in this version")
+    try:
+        module, _, cls = RUNTIMES[name].partition(":")
+    except KeyError:
+        raise ValueError(f"runtime {name!r} is not available; known: {', '.join(RUNTIMES)}") from None
+    return getattr(importlib.import_module(module), cls)(config)
 
 
-__all__ = ["Runtime", "get_runtime"]
+__all__ = ["RUNTIMES", "Runtime", "get_runtime"]

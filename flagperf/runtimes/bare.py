@@ -9,4 +9,4 @@ class BareRuntime(Runtime):
     name = "bare"
 
     def launch(self, transport, node):
-        return transport.spawn(node.launcher_argv, log_path=f"{node.node_dir}/launcher.out.log")
+        return transport.spawn(node.launcher_argv, log_path=f"{node.node_dir}/{self.node_output}")

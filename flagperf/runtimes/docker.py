@@ -15,31 +15,19 @@ identity and host-key policy apply.
 
 from __future__ import annotations
 
+import glob
+import json
 import re
 import threading
 from pathlib import Path
 
+from flagperf.containers import LABEL_RUN, ContainerRun
 from flagperf.hosts.base import Process
 from flagperf.runtimes.base import Runtime
+from flagperf_contract import CONTAINER_OUTPUT
 
 DOCKER_SOCKET = "/var/run/docker.sock"
-LABEL_RUN, LABEL_CASE, LABEL_ROUND, LABEL_NODE = "flagperf.run", "flagperf.case", "flagperf.round", "flagperf.node"
-
-# Runs inside the container: $1 benchmark dir, $2 node dir, then the node launcher's argv.
-_PREPARE_AND_LAUNCH = r"""
-bench=$1; node=$2; shift 2
-{
-  echo "# environment preparation in $bench"
-  if [ -f "$bench/requirements.txt" ]; then
-    echo "\$ python3 -m pip install -r $bench/requirements.txt ${PIP_INDEX_URL:+--index-url $PIP_INDEX_URL}"
-    python3 -m pip install --disable-pip-version-check -r "$bench/requirements.txt" \
-      ${PIP_INDEX_URL:+--index-url "$PIP_INDEX_URL"} || exit 90
-  fi
-  if [ -f "$bench/environment_variables.sh" ]; then echo "\$ . $bench/environment_variables.sh"; fi
-} >>"$node/env_prepare.log" 2>&1 || { echo "environment preparation failed: see $node/env_prepare.log" >&2; exit 90; }
-if [ -f "$bench/environment_variables.sh" ]; then . "$bench/environment_variables.sh"; fi
-exec "$@"
-"""
+_GLOB = re.compile(r"[*?\[]")
 
 
 def client_for(transport):
@@ -51,8 +39,6 @@ def client_for(transport):
 
 def _globber(transport):
     """Expands a device glob (/dev/xpu[0-9]*) on the host that runs the container, not on the driver."""
-    import glob
-    import json
     if transport.host.is_local:
         return glob.glob
 
@@ -63,9 +49,38 @@ def _globber(transport):
     return remote
 
 
-def container_name(run_id: str, case: str, round_index: int, node_rank: int) -> str:
-    raw = f"flagperf-{run_id}-{case}-r{round_index}-n{node_rank}"
-    return re.sub(r"[^a-zA-Z0-9_.-]", "-", raw)
+def expand_devices(devices, expand=glob.glob) -> list:
+    """Device specs with globs expanded by ``expand(pattern) -> paths`` (a glob that matches nothing adds
+    nothing); /dev/x:rwm becomes /dev/x:/dev/x:rwm, as the SDK reads a second field as the container path."""
+    out = []
+    for spec in devices:
+        host, _, rest = spec.partition(":")
+        for path in sorted(expand(host)) if _GLOB.search(host) else [host]:
+            out.append(f"{path}:{path}:{rest}" if re.fullmatch(r"[rwm]+", rest) else
+                       f"{path}:{rest}" if rest else path)
+    return out
+
+
+def sdk_kwargs(run: ContainerRun, expand=glob.glob) -> dict:
+    """Keyword arguments of the SDK's ``containers.create`` for a planned container (image and command apart)."""
+    from docker.types import DeviceRequest, Ulimit
+    requests = []
+    if run.gpus == "all":
+        requests = [DeviceRequest(count=-1, capabilities=[["gpu"]])]
+    elif isinstance(run.gpus, int) and run.gpus > 0:
+        requests = [DeviceRequest(count=run.gpus, capabilities=[["gpu"]])]
+    elif isinstance(run.gpus, (tuple, list)):
+        requests = [DeviceRequest(device_ids=[str(g) for g in run.gpus], capabilities=[["gpu"]])]
+    kwargs = dict(
+        name=run.name, detach=True, init=run.init, working_dir=run.workdir,
+        volumes={h: {"bind": c, "mode": m} for h, c, m in run.mounts}, environment=dict(run.env),
+        labels=dict(run.labels), device_requests=requests, devices=expand_devices(run.devices, expand),
+        group_add=list(run.group_add), cap_add=list(run.cap_add), security_opt=list(run.security_opt),
+        shm_size=run.shm_size, ulimits=[Ulimit(name=n, soft=s, hard=h) for n, s, h in run.ulimits],
+        privileged=run.privileged, ipc_mode=run.ipc_mode, network_mode=run.network_mode)
+    if run.runtime:
+        kwargs["runtime"] = run.runtime
+    return kwargs
 
 
 class ContainerProcess(Process):
@@ -116,10 +131,10 @@ class ContainerProcess(Process):
 
 class DockerRuntime(Runtime):
     name = "docker"
-    node_output = "container.log"     # the container's own stdout/stderr (the node launcher's included)
+    node_output = CONTAINER_OUTPUT    # the container's own stdout/stderr (the node launcher's included)
 
-    def __init__(self, config):
-        self.config = config
+    def __init__(self, config=None):
+        super().__init__(config)
         self.clients = {}
         self.images = {}          # (host address, framework) -> tag
         self.containers = {}      # node label -> container
@@ -136,7 +151,7 @@ class DockerRuntime(Runtime):
         from flagperf.hosts.fanout import fan_out
         from flagperf.images import ImageError, ensure_image, image_spec
         spec = image_spec(self.config, case.case.framework)
-        hosts = {n.host.address: transports[n.host.address] for n in case.rounds[0].nodes}
+        hosts = {h.address: transports[h.address] for h in case.hosts}
 
         def one(address):
             client = self.client(hosts[address])
@@ -146,35 +161,17 @@ class DockerRuntime(Runtime):
                      + (f" (log {log_path})" if built else ""))
             return tag
 
-        outcomes = fan_out(list(hosts), one, deadline_s=3600)
-        for o in outcomes:
+        for o in fan_out(list(hosts), one, deadline_s=3600):
             if not o.ok:
-                lines = getattr(o.exc, "last_lines", [])
-                raise ImageError(f"{o.key}: {o.error}", lines)
-            self.images[(o.key, case.case.framework)] = o.value
+                raise ImageError(f"{o.key}: {o.error}", getattr(o.exc, "last_lines", []))
 
     def prepare(self, transport, node, log):
-        """Create the node's container (not started yet: launch() starts it)."""
-        spec = node.launch_spec
+        """Create the node's container from the plan (not started yet: launch() starts it)."""
+        run: ContainerRun = node.container
         client = self.client(transport)
-        tag = self.images[(node.host.address, spec["framework"])]
-        kwargs = self.config.container.docker_kwargs(self.config.test.shm_size, expand=_globber(transport))
-        name = spec["container_name"]
-        self._remove_stale(client, name, log)
-        mounts = dict(kwargs.pop("volumes", {}) or {})
-        run_dir_on_host = str(Path(node.node_dir).parents[2])
-        for path in (node.host.flagperf_path, run_dir_on_host, spec.get("data_dir") or ""):
-            if path:
-                mounts.setdefault(path, {"bind": path, "mode": "rw"})
-        env = dict(kwargs.pop("environment", {}) or {})
-        argv = ["sh", "-c", _PREPARE_AND_LAUNCH, "flagperf-prepare", spec["cwd"], node.node_dir,
-                *node.launcher_argv]
-        log.info(f"{node.label}: docker create {name} from {tag}: {argv[-4:]}")
-        container = client.containers.create(
-            tag, argv, name=name, detach=True, init=True, working_dir=spec["cwd"], volumes=mounts, environment=env,
-            labels={LABEL_RUN: spec["env"]["FLAGPERF_RUN_ID"], LABEL_CASE: spec["case_name"],
-                    LABEL_ROUND: str(spec["round"]), LABEL_NODE: str(spec["node_rank"])},
-            **kwargs)
+        self._remove_stale(client, run.name, log)
+        log.info(f"{node.label}: {run.docker_run_line()}")
+        container = client.containers.create(run.image, list(run.command), **sdk_kwargs(run, _globber(transport)))
         with self._lock:
             self.containers[node.label] = container
 
@@ -210,8 +207,11 @@ class DockerRuntime(Runtime):
         log.warning(f"removing a stale container {name}")
         old.remove(force=True)
 
+    def clean(self, transports, run_id=None) -> dict:
+        return clean(transports, run_id)
 
-def clean(transports, run_id=None, log=print) -> dict:
+
+def clean(transports, run_id=None) -> dict:
     """Remove every flagperf container (of one run, or all) on every host; returns {host: [names]}."""
     from flagperf.hosts.fanout import fan_out
 

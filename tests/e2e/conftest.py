@@ -10,11 +10,18 @@ from pathlib import Path
 
 import pytest
 
-from tests.proctable import processes_matching  # noqa: F401 (re-exported for the e2e tests)
-from tests.realparts import unavailable
+from testbed.proctable import processes_matching  # noqa: F401 (re-exported for the e2e tests)
+from testbed.realparts import unavailable
 
 REPO = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
+
+
+def pytest_collection_modifyitems(config, items):
+    """Every test under tests/e2e carries the ``e2e`` marker (``pytest -m "not e2e"`` leaves them out)."""
+    for item in items:
+        if HERE in Path(item.path).resolve().parents:
+            item.add_marker(pytest.mark.e2e)
 
 
 @pytest.fixture
@@ -97,14 +104,14 @@ def kill_all(pids, sig=signal.SIGKILL):
             pass
 
 
-# ---- SSH test bed: N real sshd servers on 127.0.0.2, 127.0.0.3, ... (see tests/sshbed.py) ----------------------
+# ---- SSH test bed: N real sshd servers on 127.0.0.2, 127.0.0.3, ... (see testbed/sshbed.py) ----------------------
 
 @pytest.fixture
 def ssh_bed_factory(tmp_path):
     """``make(n=2, **kw)`` starts an SSHBed of n hosts under tmp_path on a port free on all its addresses and
     returns it (started); every bed made is stopped at teardown.  Outside CI a machine where openssh-server
     cannot be installed skips; under CI=true nothing skips: a bed that cannot start fails with the reason."""
-    from tests import sshbed
+    from testbed import sshbed
 
     beds = []
 
@@ -138,11 +145,11 @@ def ssh_bed_factory(tmp_path):
 
 @pytest.fixture
 def ssh_bed(ssh_bed_factory):
-    """A started SSHBed of 2 hosts (tests/sshbed.py); ``ssh_bed.write_cluster_yaml(path)`` gives a cluster config."""
+    """A started SSHBed of 2 hosts (testbed/sshbed.py); ``ssh_bed.write_cluster_yaml(path)`` gives a cluster config."""
     return ssh_bed_factory(2)
 
 
-# ---- Docker: a real engine (Debian's docker.io) and two offline-built test images (see tests/dockerenv.py) ----
+# ---- Docker: a real engine (Debian's docker.io) and two offline-built test images (see testbed/dockerenv.py) ----
 
 @pytest.fixture(scope="session")
 def docker_env():
@@ -151,7 +158,7 @@ def docker_env():
     Installs docker.io/debootstrap if missing, starts dockerd if none answers (log /tmp/flagperf-dockerd.log;
     left running for later sessions) and builds the images when not cached (~2 min the first time).
     Under CI=true nothing skips: no Docker is a test failure with the reason; otherwise the test skips."""
-    from tests import dockerenv
+    from testbed import dockerenv
 
     try:
         env = dockerenv.get_env(log_path="/tmp/flagperf-dockerd.log")
@@ -166,7 +173,7 @@ def docker_clean(docker_env):
     during it, so that a failing test leaks nothing.  It asserts nothing.  Containers that existed before the
     test are left alone: another pytest session may share the daemon (dockerenv.cleanup_flagperf_containers
     without ``keep`` removes them all)."""
-    from tests import dockerenv
+    from testbed import dockerenv
 
     before = dockerenv.flagperf_container_ids(docker_env.client)
     yield docker_env

@@ -40,7 +40,7 @@ def test_docker_run_on_two_ssh_hosts(tmp_path, ssh_bed, docker_clean):
         assert [(r["rank"], r["exit_code"]) for r in ranks] == [(node_rank, 0)]
     assert list((run / "images").glob("*.log")) or "already there" in (run / "flagperf_run.log").read_text()
     runlog = (run / "flagperf_run.log").read_text()
-    assert re.search(r"docker create flagperf-run\d+-gemm-pytorch-docker-2x1-r1-n0 from flagperf/cpu-pytorch:",
+    assert re.search(r"docker run -d --name flagperf-run\d+-gemm-pytorch-docker-2x1-r1-n0 .* flagperf/cpu-pytorch:",
                      runlog), runlog
     assert "container flagperf-" in runlog and "removed" in runlog
     assert _ours(env.client, run.name) == []

@@ -1,4 +1,4 @@
-"""End-to-end over SSH: real OpenSSH servers on 127.0.0.x (tests/sshbed.py), real paramiko, real ranks."""
+"""End-to-end over SSH: real OpenSSH servers on 127.0.0.x (testbed/sshbed.py), real paramiko, real ranks."""
 
 import json
 import re

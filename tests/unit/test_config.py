@@ -95,7 +95,7 @@ ERRORS = [
                  [("test.yaml", 4, ["ACCE_VISIBLE_DEVICE_ENV_NAME: expected an environment variable name"])],
                  id="visible-env-name"),
     pytest.param({"test.yaml": conf(runtime="podman")}, [],
-                 [("test.yaml", 2, ["RUNTIME: expected one of docker, bare, got 'podman'"])], id="runtime-unknown"),
+                 [("test.yaml", 2, ["RUNTIME: expected one of bare, docker (the runtimes of SCHEDULER 'ssh'), got 'podman'"])], id="runtime-unknown"),
     pytest.param({"test.yaml": conf("DOCKER_BUILD_ARGS: [1]")}, [],
                  [("test.yaml", 4, ["DOCKER_BUILD_ARGS: expected a mapping"])], id="build-args-type"),
     pytest.param({"test.yaml": conf("EXTRA_CA_BUNDLE: missing.pem")}, [],
@@ -191,7 +191,8 @@ def test_case_number_fields_through_cli(tmp_path, write, run_cli, field, index, 
     key = ":".join(parts)
     write(tmp_path, "test.yaml", conf(cases=[f'"{key}": null']))
     cli_config_error(tmp_path, run_cli, ["--config", tmp_path / "test.yaml"],
-                     [("test.yaml", 5, [f"CASES[{key!r}]: {field} must be a positive integer, got {value!r}"])])
+                     [("test.yaml", 5, [f"CASES[{key!r}]: {field} must be a positive integer"
+                                         + (" or auto" if field == "nproc" else "") + f", got {value!r}"])])
 
 
 def test_several_problems_reported_together(tmp_path, write, run_cli):

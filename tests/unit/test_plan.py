@@ -50,7 +50,7 @@ def test_two_nodes_two_ranks_two_rounds(tmp_path, write, source_root):
     plan = build_plan(cfg, run_id=RUN_ID)
 
     assert plan.run_id == RUN_ID and plan.run_dir == log / RUN_ID
-    assert [h.address for h in plan.hosts] == ["localhost", "localhost"]
+    assert [h.address for h in plan.hosts] == ["localhost"]          # each host once
     (case,) = plan.cases
     assert case.name == NAME and case.case.key == CASE
     assert [r.index for r in case.rounds] == [1, 2]
@@ -67,7 +67,7 @@ def test_two_nodes_two_ranks_two_rounds(tmp_path, write, source_root):
             assert node.local_dir == Path(node_dir)
             assert node.host.address == "localhost" and node.host.flagperf_path == fp
             py = node.host.python
-            spec = node.launch_spec
+            spec = node.launch.to_dict()
             assert spec["schema"] == "flagperf.launch/1"
             assert spec["case"] == CASE
             assert (spec["node_rank"], spec["nnodes"], spec["nproc"], spec["ranks"]) == \
@@ -76,7 +76,7 @@ def test_two_nodes_two_ranks_two_rounds(tmp_path, write, source_root):
                 "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29600", "NNODES": "2",
                 "NODE_RANK": str(node.node_rank), "WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "2",
                 "FLAGPERF_VENDOR": "nvidia", "FLAGPERF_DEVICE": "cuda", "FLAGPERF_DIST_BACKEND": "nccl",
-                "FLAGPERF_RUN_ID": RUN_ID,
+                "FLAGPERF_TORCH_PLUGIN": "", "FLAGPERF_RUN_ID": RUN_ID,
             }
             assert spec["env_defaults"] == {"NCCL_NVLS_ENABLE": "0"}
             assert spec["visible_devices_env"] == "CUDA_VISIBLE_DEVICES"
@@ -99,11 +99,11 @@ def test_cpu_vendor_has_no_visible_devices_env(tmp_path, write, source_root):
     cfg = load_config(two_host_config(tmp_path, write, cases=("gemm:pytorch:local:1:3:1",), vendor="cpu"),
                       source_root=source_root, detect=fail_detect)
     (node,) = build_plan(cfg, run_id=RUN_ID).cases[0].rounds[0].nodes
-    assert node.launch_spec["visible_devices_env"] is None
-    assert node.launch_spec["visible_devices"] == "0,1,2"
-    assert node.launch_spec["env"]["FLAGPERF_DIST_BACKEND"] == "gloo"
-    assert node.launch_spec["env"]["WORLD_SIZE"] == "3"
-    assert node.launch_spec["env_defaults"] == {}
+    assert node.launch.visible_devices_env is None
+    assert node.launch.visible_devices == "0,1,2"
+    assert node.launch.env["FLAGPERF_DIST_BACKEND"] == "gloo"
+    assert node.launch.env["WORLD_SIZE"] == "3"
+    assert node.launch.env_defaults == {}
     assert "--gpu" in node.monitor_argv and node.monitor_argv[node.monitor_argv.index("--gpu") + 1] == "none"
 
 
@@ -121,12 +121,12 @@ def test_remote_master_and_per_host_paths(tmp_path, write, source_root):
                                         'CASES:\n  "gemm:pytorch:local:2:1:1": /data/gemm\n')
     plan = build_plan(load_config(test, source_root=source_root, detect=fail_detect), run_id=RUN_ID)
     n0, n1 = plan.cases[0].rounds[0].nodes
-    assert n0.launch_spec["env"]["MASTER_ADDR"] == n1.launch_spec["env"]["MASTER_ADDR"] == "10.0.0.1"
-    assert n0.launch_spec["env"]["MASTER_PORT"] == "29700"
-    assert n0.launch_spec["argv"][:3] == ["python3", "-u", "/opt/flagperf/benchmarks/gemm/main.py"]
-    assert n1.launch_spec["argv"][:3] == ["/opt/py/bin/python", "-u", "/data/fp/benchmarks/gemm/main.py"]
+    assert n0.launch.env["MASTER_ADDR"] == n1.launch.env["MASTER_ADDR"] == "10.0.0.1"
+    assert n0.launch.env["MASTER_PORT"] == "29700"
+    assert n0.launch.argv[:3] == ["python3", "-u", "/opt/flagperf/benchmarks/gemm/main.py"]
+    assert n1.launch.argv[:3] == ["/opt/py/bin/python", "-u", "/data/fp/benchmarks/gemm/main.py"]
     assert n1.launcher_argv[:2] == ("/opt/py/bin/python", "/data/fp/launcher/node_launcher.py")
-    assert n0.launch_spec["argv"][n0.launch_spec["argv"].index("--data-dir") + 1] == "/data/gemm"
+    assert n0.launch.argv[n0.launch.argv.index("--data-dir") + 1] == "/data/gemm"
     # SSH hosts write under <their FLAGPERF_PATH>/result; the driver collects into FLAGPERF_LOG_PATH.
     assert n1.node_dir == f"/data/fp/result/{RUN_ID}/gemm-pytorch-local-2x1/round1/10.0.0.2_noderank1"
     assert n0.node_dir == f"/opt/flagperf/result/{RUN_ID}/gemm-pytorch-local-2x1/round1/10.0.0.1_noderank0"
@@ -247,7 +247,7 @@ def test_dry_run_prints_the_plan_and_creates_nothing(tmp_path, write, run_cli):
     run_id = run_dir.name
     assert "runtime: bare" in out
     assert "vendor: nvidia" in out
-    assert re.search(r"^hosts: localhost, localhost$", out, re.M), out
+    assert re.search(r"^hosts: localhost$", out, re.M), out
 
     lines = out.splitlines()
     assert any(line.startswith(f"case {NAME}  [{CASE}]") and "2 node(s) x 2 rank(s), 2 round(s)" in line
@@ -286,7 +286,7 @@ def test_dry_run_with_cluster_option(tmp_path, write, run_cli):
     write(tmp_path, "two.yaml", "HOSTS: [localhost, localhost]\nMASTER_PORT: 29777\n")
     rc, out, err = run_cli("run", "--config", test, "--cluster", "two.yaml", "--dry-run", cwd=tmp_path)
     assert rc == 0, err
-    assert "MASTER_PORT=29777" in out and "hosts: localhost, localhost" in out
+    assert "MASTER_PORT=29777" in out and "hosts: localhost\n" in out
     assert "node 1 on localhost: global ranks 1;" in out
     assert not (tmp_path / "logs").exists()
 

@@ -6,7 +6,7 @@ import json
 import pytest
 import yaml
 
-from tests.unit.test_benchmarks_cpu import BENCH, check_run, free_port, perflog, run_case, run_ranks
+from tests.e2e.test_benchmarks_cpu import BENCH, check_run, free_port, perflog, run_case, run_ranks
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
 UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}

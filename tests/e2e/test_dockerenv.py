@@ -1,4 +1,4 @@
-"""The Docker test environment (tests/dockerenv.py) for real: the daemon answers, both test images exist, torch
+"""The Docker test environment (testbed/dockerenv.py) for real: the daemon answers, both test images exist, torch
 runs in a container with host networking, and two gloo ranks in two containers all_reduce over 127.0.0.1 --
 what the multi-node docker-runtime tests need.  The first run builds the images (~2 min); later runs are cached."""
 
@@ -6,12 +6,10 @@ import contextlib
 import os
 import time
 
-from tests import dockerenv
-from tests.e2e import conftest as e2e_conftest
+from testbed import dockerenv
 
-# the fixtures of tests/e2e/conftest.py, made visible here (one Docker set-up per process: dockerenv.get_env)
-docker_env = e2e_conftest.docker_env
-docker_clean = e2e_conftest.docker_clean
+# docker_env and docker_clean are the fixtures of tests/e2e/conftest.py (one Docker set-up per process:
+# dockerenv.get_env)
 
 
 def test_daemon_answers_and_images_exist(docker_env):

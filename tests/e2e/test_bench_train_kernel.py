@@ -10,9 +10,9 @@ import textwrap
 
 import pytest
 
-from tests.realparts import unavailable
+from testbed.realparts import unavailable
 
-from tests.unit.test_benchmarks_cpu import BENCH, check_run, perflog, run_case
+from tests.e2e.test_benchmarks_cpu import BENCH, check_run, perflog, run_case
 
 
 # --------------------------------------------------------------------------- stream_nvcc

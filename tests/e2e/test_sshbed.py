@@ -1,4 +1,4 @@
-"""The SSH test bed (tests/sshbed.py) for real: 3 sshd servers on 127.0.0.2..4, strict host-key checking with
+"""The SSH test bed (testbed/sshbed.py) for real: 3 sshd servers on 127.0.0.2..4, strict host-key checking with
 paramiko, per-host folders, and the negative cases other tests rely on (host down, changed host key, unknown
 host key, wrong client key), and nothing of the bed left running after stop()."""
 
@@ -9,9 +9,9 @@ from pathlib import Path
 import paramiko
 import pytest
 
-from tests import sshbed
-from tests.proctable import processes_matching
-from tests.realparts import unavailable
+from testbed import sshbed
+from testbed.proctable import processes_matching
+from testbed.realparts import unavailable
 
 
 def _alive(pid):

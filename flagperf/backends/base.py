@@ -1,0 +1,116 @@
+"""The backend protocol: one small interface for "a way to run a round on a set of nodes".
+
+The pipeline calls, in this order:
+
+    connect(hosts) -> deploy(hosts) -> probe(hosts, need)            once per run (``flagperf check``: no deploy)
+    prepare_case(case)                                                once per case (images, allocations)
+    per round:  prepare_node(node) -> spawn_monitor(node) -> spawn_launcher(node)
+                ... NodeProcess.wait / signal ...
+                cleanup_node(node) -> collect(node)
+    close()
+
+Everything a backend needs is in the plan (:mod:`flagperf.plan`): node directory on the host, argv, environment,
+master address, container. A backend never decides a round's status: it returns processes and files, and
+:mod:`flagperf.results.interpret` judges them.
+"""
+
+from __future__ import annotations
+
+import abc
+import logging
+from typing import ClassVar
+
+
+class BackendError(Exception):
+    """A backend could not do what was asked; the message names the host (or node) and says why.
+
+    ``last_lines`` carries the tail of a log that explains it (an image build), if any.
+    """
+
+    def __init__(self, message: str, last_lines=()):
+        super().__init__(message)
+        self.last_lines = list(last_lines)
+
+
+class NodeProcess(abc.ABC):
+    """A node launcher or monitor started by a backend: its exit is what the driver waits for."""
+
+    @abc.abstractmethod
+    def wait(self, timeout: float | None = None) -> int | None:
+        """Block until it exits (its exit code) or the timeout passes (None)."""
+
+    @abc.abstractmethod
+    def signal(self, sig: int) -> None:
+        """Send a signal (no error if it already exited)."""
+
+    @property
+    @abc.abstractmethod
+    def pid(self) -> int:
+        ...
+
+
+class Backend(abc.ABC):
+    """One way to reach nodes and run rounds on them. Registered in :mod:`flagperf.backends`."""
+
+    name: ClassVar[str] = "?"
+    node_output: ClassVar[str] = "launcher.out.log"   # node-directory file with the node launcher's own output
+
+    def __init__(self, config, log: logging.Logger, *, accept_new_host_keys: bool = False):
+        self.config = config
+        self.log = log
+        self.accept_new_host_keys = accept_new_host_keys
+
+    # -- hosts ----------------------------------------------------------------------------------------------
+    @abc.abstractmethod
+    def connect(self, hosts) -> list:
+        """Open a connection to every host in parallel; returns the failures as checks.HostCheck."""
+
+    @abc.abstractmethod
+    def deploy(self, hosts) -> list:
+        """Make every host's FLAGPERF_PATH hold the tree (only what differs); returns fanout.Outcome per host
+        whose value is a deploy.DeployResult."""
+
+    @abc.abstractmethod
+    def probe(self, hosts, need: dict) -> list:
+        """Check every connected host (Python, tree, torch, disk, accelerators); one checks.HostCheck per host.
+        ``need`` maps addresses to the accelerators the cases need there."""
+
+    # -- a case ---------------------------------------------------------------------------------------------
+    def prepare_case(self, case) -> None:
+        """Once per case, before its rounds (images for containers). Raise BackendError: the case fails."""
+
+    # -- a round --------------------------------------------------------------------------------------------
+    @abc.abstractmethod
+    def prepare_node(self, node) -> None:
+        """Write the node's files (NodePlan.files) and make it ready (a container created). Raise BackendError."""
+
+    @abc.abstractmethod
+    def spawn_monitor(self, node) -> NodeProcess:
+        """Start the node's monitor (NodePlan.monitor_argv) on its host."""
+
+    @abc.abstractmethod
+    def spawn_launcher(self, node) -> NodeProcess:
+        """Start the node launcher; the returned process's exit is the node's result."""
+
+    def drop_caches(self, node) -> tuple:
+        """CLEAR_CACHES: (ok, why not) after asking the node's host to drop its page cache."""
+        return False, "not supported by this backend"
+
+    def cleanup_node(self, node) -> None:
+        """Undo prepare_node (save the container's output, remove it); after every round, also a failed one."""
+
+    @abc.abstractmethod
+    def collect(self, node) -> tuple:
+        """Copy what is missing of the node directory to NodePlan.local_dir; (files, bytes)."""
+
+    # -- housekeeping ---------------------------------------------------------------------------------------
+    def clean(self, hosts, run_id: str | None = None) -> dict:
+        """Remove what earlier runs left behind (containers); {host: [names] | error text}."""
+        return {h.address: [] for h in hosts}
+
+    def describe(self, node) -> list:
+        """Lines for ``--dry-run``: what this backend will do for the node, beyond the plan itself."""
+        return []
+
+    def close(self) -> None:
+        """Close every connection."""

@@ -1,0 +1,161 @@
+"""The ``ssh`` backend: a list of hosts. ``localhost`` is this machine, reached with subprocesses; every other
+host is reached over SSH (paramiko, host keys verified). Ranks run as plain processes (``RUNTIME: bare``) or
+in the vendor's container (``RUNTIME: docker``), through a Runtime of :mod:`flagperf.runtimes`.
+
+One connection per host, opened in parallel, reused for the whole run. Node files and logs live under each
+host's result root; after every round the node directories are copied back to the driver (a localhost node
+writes straight into the run directory).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import PurePosixPath
+
+from flagperf.backends.base import Backend, BackendError
+from flagperf.checks import HostCheck, failed, interpret_probe, probe_failure, unique_hosts
+from flagperf.deploy import deploy_host, local_manifest, needs_deploy
+from flagperf.hosts import HostError, open_transport
+from flagperf.hosts.fanout import fan_out
+from flagperf.plan import host_result_root
+from flagperf.runtimes import get_runtime
+
+MAX_PARALLEL = 32
+CONNECT_DEADLINE_S = 60.0
+PROBE_TIMEOUT_S = 60.0
+
+
+class HostListBackend(Backend):
+    name = "ssh"
+
+    def __init__(self, config, log, *, accept_new_host_keys: bool = False):
+        super().__init__(config, log, accept_new_host_keys=accept_new_host_keys)
+        self.runtime = get_runtime(config.test.runtime, config)
+        self.node_output = self.runtime.node_output
+        self.transports: dict = {}
+
+    # -- hosts ----------------------------------------------------------------------------------------------
+    def connect(self, hosts) -> list:
+        todo = [h for h in unique_hosts(hosts) if h.address not in self.transports]
+        outcomes = fan_out(todo, lambda h: open_transport(h, self.config.cluster,
+                                                          accept_new_host_keys=self.accept_new_host_keys),
+                           deadline_s=CONNECT_DEADLINE_S, max_workers=MAX_PARALLEL)
+        failures = []
+        for o in outcomes:
+            if o.ok:
+                self.transports[o.key.address] = o.value
+            elif "no answer within" in o.error:
+                failures.append(failed(o.key.address, "timeout", o.error))
+            else:
+                failures.append(failed(o.key.address, getattr(o.exc, "kind", "error"), o.error))
+        return failures
+
+    def deploy(self, hosts) -> list:
+        root = self.config.source_root
+        todo = [h for h in unique_hosts(hosts) if h.address in self.transports]
+        manifest = local_manifest(root) if any(needs_deploy(h, root) for h in todo) else {}
+        return fan_out(todo, lambda h: deploy_host(self.transports[h.address], root, manifest), deadline_s=3600)
+
+    def probe(self, hosts, need: dict) -> list:
+        cfg = self.config
+        probe_source = (cfg.source_root / "launcher" / "probe.py").read_text(encoding="utf-8")
+        todo = [h for h in unique_hosts(hosts) if h.address in self.transports]
+        outcomes = fan_out(todo, lambda h: self._probe_one(h, need.get(h.address, 0), probe_source),
+                           deadline_s=PROBE_TIMEOUT_S * 2, max_workers=MAX_PARALLEL)
+        return [o.value if o.ok else failed(o.key.address, "timeout" if "no answer" in o.error else "error", o.error)
+                for o in outcomes]
+
+    def _probe_one(self, host, need: int, probe_source: str) -> HostCheck:
+        vendor = self.config.vendor
+        fp = host.flagperf_path
+        launcher_dir = str(PurePosixPath(fp) / "launcher")
+        result_root = str(host_result_root(host, self.config))
+        argv = [host.python, "-c", probe_source, "--path", fp, "--path", launcher_dir, "--path", result_root,
+                "--flagperf-path", fp, "--accel", vendor.gpu_monitor]
+        if getattr(vendor, "torch_plugin", None):
+            argv += ["--torch-plugin", vendor.torch_plugin]
+        try:
+            r = self.transports[host.address].run(argv, timeout=PROBE_TIMEOUT_S)
+        except HostError as exc:
+            return probe_failure(host.address, host.python, exc.kind, str(exc))
+        return interpret_probe(host.address, host.python, r.returncode, r.stdout, r.stderr, fp=fp,
+                               launcher_dir=launcher_dir, result_root=result_root, need=need, vendor=vendor,
+                               runtime=self.config.test.runtime)
+
+    # -- a case ---------------------------------------------------------------------------------------------
+    def prepare_case(self, case) -> None:
+        try:
+            self.runtime.prepare_case(self.transports, case, self.config.test.log_path, self.log)
+        except BackendError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - images, daemons, APIs: each failure fails this case only
+            raise BackendError(str(exc) or type(exc).__name__, getattr(exc, "last_lines", ())) from exc
+
+    # -- a round --------------------------------------------------------------------------------------------
+    def _transport(self, node):
+        try:
+            return self.transports[node.host.address]
+        except KeyError:
+            raise BackendError(f"{node.label}: no connection to {node.host.address}") from None
+
+    def prepare_node(self, node) -> None:
+        tr = self._transport(node)
+        try:
+            for name, content in node.files.items():
+                tr.write_file(f"{node.node_dir}/{name}", json.dumps(content, indent=1).encode())
+            self.runtime.prepare(tr, node, self.log)
+        except BackendError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a host or container API error fails the round, not the run
+            raise BackendError(f"{node.label}: cannot prepare the node: {exc}") from exc
+
+    def spawn_monitor(self, node):
+        try:
+            return self._transport(node).spawn(node.monitor_argv, log_path=node.monitor_output)
+        except HostError as exc:
+            raise BackendError(f"{node.label}: cannot start the monitor: {exc}") from exc
+
+    def spawn_launcher(self, node):
+        try:
+            return self.runtime.launch(self._transport(node), node)
+        except BackendError:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            raise BackendError(f"{node.label}: cannot start the node launcher: {exc}") from exc
+
+    def drop_caches(self, node) -> tuple:
+        try:
+            r = self._transport(node).run(["sh", "-c", "sync && echo 3 > /proc/sys/vm/drop_caches"], timeout=120)
+        except (HostError, BackendError) as exc:
+            return False, str(exc)
+        return r.ok, r.stderr.strip() or ("" if r.ok else "not permitted")
+
+    def cleanup_node(self, node) -> None:
+        if node.host.address in self.transports:
+            self.runtime.cleanup(self.transports[node.host.address], node, self.log)
+
+    def collect(self, node) -> tuple:
+        return self._transport(node).fetch_tree(node.node_dir, node.local_dir)
+
+    # -- housekeeping ---------------------------------------------------------------------------------------
+    def clean(self, hosts, run_id=None) -> dict:
+        connected = {h.address: self.transports[h.address] for h in unique_hosts(hosts)
+                     if h.address in self.transports}
+        return self.runtime.clean(connected, run_id)
+
+    def describe(self, node) -> list:
+        lines = []
+        if node.container is not None:
+            lines.append(f"container (image built from {node.container.image_folder} when the tag is missing):")
+            lines.append(f"  {node.container.docker_run_line()}")
+        if not node.host.is_local:
+            lines.append(f"reached over SSH; node directory collected to {node.local_dir}")
+        return lines
+
+    def close(self) -> None:
+        for t in self.transports.values():
+            try:
+                t.close()
+            except Exception:  # noqa: BLE001 - closing is best effort
+                pass
+        self.transports.clear()

@@ -1,0 +1,92 @@
+"""The container a node's ranks run in, as plain data: what the plan states and ``--dry-run`` prints.
+
+:class:`ContainerRun` is everything needed to start one node's container: image, command, mounts, devices,
+GPUs, shm, ulimits, environment, labels. A container backend turns it into API calls; ``docker_run_line``
+turns it into the equivalent ``docker run`` command line, so that a user can start the same container by hand.
+Nothing here imports docker.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass
+
+LABEL_RUN, LABEL_CASE, LABEL_ROUND, LABEL_NODE = "flagperf.run", "flagperf.case", "flagperf.round", "flagperf.node"
+
+# Runs inside the container: $1 benchmark dir, $2 node dir, then the node launcher's argv.
+PREPARE_AND_LAUNCH = r"""
+bench=$1; node=$2; shift 2
+{
+  echo "# environment preparation in $bench"
+  if [ -f "$bench/requirements.txt" ]; then
+    echo "\$ python3 -m pip install -r $bench/requirements.txt ${PIP_INDEX_URL:+--index-url $PIP_INDEX_URL}"
+    python3 -m pip install --disable-pip-version-check -r "$bench/requirements.txt" \
+      ${PIP_INDEX_URL:+--index-url "$PIP_INDEX_URL"} || exit 90
+  fi
+  if [ -f "$bench/environment_variables.sh" ]; then echo "\$ . $bench/environment_variables.sh"; fi
+} >>"$node/env_prepare.log" 2>&1 || { echo "environment preparation failed: see $node/env_prepare.log" >&2; exit 90; }
+if [ -f "$bench/environment_variables.sh" ]; then . "$bench/environment_variables.sh"; fi
+exec "$@"
+"""
+ENV_PREPARE_FAILED_EXIT = 90
+
+
+def container_name(run_id: str, case: str, round_index: int, node_rank: int) -> str:
+    raw = f"flagperf-{run_id}-{case}-r{round_index}-n{node_rank}"
+    return re.sub(r"[^a-zA-Z0-9_.-]", "-", raw)
+
+
+@dataclass(frozen=True)
+class ContainerRun:
+    """One node's container. Device paths may hold globs (/dev/davinci[0-9]*): they are expanded on the host
+    that runs the container, when it is created."""
+
+    name: str
+    image: str                  # the vendor image tag (content-hashed, built per host when missing)
+    image_folder: str           # what it is built from: vendors/<vendor>/<framework>
+    command: tuple              # argv run in the container
+    workdir: str
+    mounts: tuple               # ((host path, container path, "rw"|"ro"), ...)
+    env: tuple                  # ((name, value), ...)
+    labels: tuple               # ((name, value), ...)
+    gpus: object = "none"       # "all", "none", a count, or a tuple of device ids
+    devices: tuple = ()
+    shm_size: str = "32G"
+    ulimits: tuple = ()         # ((name, soft, hard), ...)
+    ipc_mode: str = "host"
+    network_mode: str = "host"
+    privileged: bool = False
+    cap_add: tuple = ()
+    group_add: tuple = ()
+    security_opt: tuple = ()
+    runtime: str | None = None
+    init: bool = True
+
+    def docker_run_line(self) -> str:
+        """The equivalent ``docker run`` command (detached; flagperf removes the container after the round)."""
+        argv = ["docker", "run", "-d", "--name", self.name, "--init" if self.init else "",
+                "--network", self.network_mode, "--ipc", self.ipc_mode, "--shm-size", self.shm_size]
+        if self.runtime:
+            argv += ["--runtime", self.runtime]
+        if self.privileged:
+            argv.append("--privileged")
+        if self.gpus not in ("none", 0, None):
+            gpus = self.gpus if isinstance(self.gpus, (str, int)) else '"device=' + ",".join(map(str, self.gpus)) + '"'
+            argv += ["--gpus", str(gpus)]
+        for dev in self.devices:
+            argv += ["--device", dev]
+        for flag, values in (("--cap-add", self.cap_add), ("--group-add", self.group_add),
+                             ("--security-opt", self.security_opt)):
+            for v in values:
+                argv += [flag, str(v)]
+        for name, soft, hard in self.ulimits:
+            argv += ["--ulimit", f"{name}={soft}:{hard}"]
+        for host, inside, mode in self.mounts:
+            argv += ["-v", f"{host}:{inside}:{mode}"]
+        for key, value in self.env:
+            argv += ["-e", f"{key}={value}"]
+        for key, value in self.labels:
+            argv += ["--label", f"{key}={value}"]
+        argv += ["-w", self.workdir, self.image, *self.command]
+        return shlex.join([a for a in argv if a != ""])

@@ -1,0 +1,44 @@
+"""Reporters: each turns a :class:`~flagperf.results.summary.Summary` into one form, one module each.
+
+File reporters write into the run directory after every run and on ``flagperf report``; the terminal reporter
+prints. Add one by writing a module with a ``Reporter`` subclass and one ``register`` line below.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from flagperf.reporters.base import Reporter
+
+_REGISTRY: dict = {}
+
+
+def register(name: str, target: str) -> None:
+    _REGISTRY[name] = target
+
+
+def reporter(name: str) -> Reporter:
+    module, _, cls = _REGISTRY[name].partition(":")
+    return getattr(importlib.import_module(module), cls)()
+
+
+def file_reporters() -> list:
+    """Every registered reporter that writes a file, in registration order."""
+    return [r for r in (reporter(n) for n in _REGISTRY) if r.file_name]
+
+
+def write_reports(summary, run_dir) -> list:
+    """Write every file report of the run; [(reporter name, path or error text)]."""
+    out = []
+    for rep in file_reporters():
+        try:
+            out.append((rep.name, rep.write(summary, run_dir)))
+        except OSError as exc:
+            out.append((rep.name, f"cannot write {rep.file_name}: {exc}"))
+    return out
+
+
+register("terminal", "flagperf.reporters.terminal:TerminalReporter")
+register("markdown", "flagperf.reporters.markdown:MarkdownReporter")
+
+__all__ = ["Reporter", "file_reporters", "register", "reporter", "write_reports"]

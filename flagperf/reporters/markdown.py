@@ -1,0 +1,101 @@
+"""report.md: a run for people, made from its summary alone (so ``flagperf report`` can make it again)."""
+
+from __future__ import annotations
+
+from flagperf.reporters.base import Reporter
+from flagperf.results.interpret import describe_exit
+
+
+def _num(v, digits=4) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, bool):
+        return str(v).lower()
+    if isinstance(v, int):
+        return str(v)
+    return f"{v:.{digits}g}"
+
+
+def _table(header, rows) -> list:
+    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    out += ["| " + " | ".join(str(c).replace("|", "\\|") for c in row) + " |" for row in rows]
+    return out
+
+
+class MarkdownReporter(Reporter):
+    name = "markdown"
+    file_name = "report.md"
+
+    def render(self, s) -> str:
+        lines = [
+            f"# flagperf {s.run_id}: {s.status}",
+            "",
+            f"- started {s.started}, finished {s.finished}, {_num(s.duration_s)} s",
+            f"- vendor `{s.vendor}`, runtime `{s.runtime}`, backend `{s.backend or '-'}`, "
+            f"hosts: {', '.join(s.hosts)}",
+            f"- flagperf {s.flagperf_version}; run directory `{s.run_dir}`",
+        ]
+        if s.interrupted:
+            lines.append("- **interrupted** (SIGINT or SIGTERM): rounds that did not finish are marked so")
+        if s.host_checks:
+            lines += ["", "## Hosts that failed their check", ""]
+            lines += _table(["host", "outcome", "detail", "remedy"],
+                            [[h.get("host"), h.get("outcome"), h.get("detail"), h.get("remedy")]
+                             for h in s.host_checks])
+        lines += ["", "## Cases", ""]
+        rows = []
+        for c in s.cases:
+            st, e2e = c.stats.get("value") or {}, c.stats.get("e2e_time") or {}
+            rows.append([c.name, c.status, f"{len(c.passed_rounds)}/{len(c.rounds)}", c.metric or "-",
+                         _num(st.get("median")), _num(st.get("min")), _num(st.get("max")), c.unit or "",
+                         _num(e2e.get("median"))])
+        lines += _table(["case", "status", "rounds", "metric", "median", "min", "max", "unit", "e2e s"], rows)
+        for c in s.cases:
+            lines += self._case(c)
+        return "\n".join(lines) + "\n"
+
+    def _case(self, c) -> list:
+        lines = ["", f"## {c.name}", "",
+                 f"`{c.key}`: {c.nnodes} node(s) x {c.nproc} rank(s), {c.repeat} round(s), data: {c.data_dir or '-'}",
+                 ""]
+        lines += _table(["round", "status", "value", "e2e s", "duration s", "note"],
+                        [[r.round, r.status, _num(r.value), _num(r.e2e_time), _num(r.duration_s),
+                          (r.failure or {}).get("reason", "")] for r in c.rounds])
+        for r in c.rounds:
+            f = r.failure or {}
+            if f.get("last_lines"):
+                where = ""
+                if f.get("rank") is not None:
+                    where = f" (node {f.get('node')}, rank {f.get('rank')}, {describe_exit(f.get('exit_code'))})"
+                elif f.get("node"):
+                    where = f" (node {f.get('node')})"
+                lines += ["", f"Round {r.round}{where}, last lines of `{f.get('log', '')}`:", "", "```"]
+                lines += list(f["last_lines"]) + ["```"]
+        metrics = [(name, st) for name, st in c.stats.items() if name not in ("value", "e2e_time") and st]
+        if metrics:
+            units = c.metric_units()
+            lines += ["", "Metrics over the passed rounds:", ""]
+            lines += _table(["metric", "median", "min", "max", "unit"],
+                            [[n, _num(st["median"]), _num(st["min"]), _num(st["max"]), units.get(n, "")]
+                             for n, st in metrics])
+        first = next((r for r in c.rounds if (r.finished or {}).get("env")), None)
+        if first:
+            env = ", ".join(f"{k} {v}" for k, v in first.finished["env"].items() if not isinstance(v, (dict, list)))
+            lines += ["", f"Environment (round {first.round}, rank 0): {env}"]
+        mon_rows = []
+        for r in c.rounds:
+            for n in r.nodes:
+                m = n.monitors or {}
+                gpus = (m.get("gpu") or {}).get("devices") or []
+                mon_rows.append([r.round, n.node,
+                                 _num((m.get("cpu") or {}).get("util_pct_mean")),
+                                 _num((m.get("mem") or {}).get("used_mib_max")),
+                                 _num((m.get("pwr") or {}).get("power_w_mean")),
+                                 _num(max((g.get("temp_c_max") or 0 for g in gpus), default=None)),
+                                 _num(max((g.get("power_w_max") or 0 for g in gpus), default=None)),
+                                 _num(max((g.get("util_pct_mean") or 0 for g in gpus), default=None))])
+        if mon_rows:
+            lines += ["", "Monitors (per node and round; `-`: sensor unavailable):", ""]
+            lines += _table(["round", "node", "cpu % mean", "mem MiB max", "host W mean", "GPU °C max",
+                             "GPU W max", "GPU util % mean"], mon_rows)
+        return lines

@@ -1,0 +1,178 @@
+"""Round interpretation: from what the hosts left behind to one status. Pure functions, no I/O.
+
+A round's evidence is what the driver saw (how the wait ended) and what it read back from every node
+(``ranks.json``, rank 0's PerfLog records, the tails of the logs). :func:`interpret_round` turns it into a
+:class:`Status` and, unless the round passed, a failure record saying why, where, and the last lines of the
+log that shows it. :func:`case_status` and :func:`run_status` fold rounds into cases and cases into a run.
+Nothing else decides a status.
+"""
+
+from __future__ import annotations
+
+import enum
+import signal
+from dataclasses import dataclass, field
+
+from flagperf_contract import Finished, RankReport, validate_finished
+
+
+class Status(str, enum.Enum):
+    PASSED = "passed"
+    SKIPPED = "skipped"             # every rank said SKIPPED: this host cannot run the case (no nvcc, no GPU)
+    FAILED = "failed"               # a rank or node failed, or the result is missing or invalid
+    TIMEOUT = "timeout"             # CASE_TIMEOUT reached
+    INTERRUPTED = "interrupted"     # SIGINT / SIGTERM while it ran
+    ERROR = "error"                 # the backend could not prepare, start or reach a node
+    NOT_RUN = "not_run"             # never started (a host failed its check, or the run stopped before it)
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class WaitEnd(str, enum.Enum):
+    """How the driver's wait for the node launchers ended."""
+
+    COMPLETED = "completed"         # every launcher exited 0
+    NODE_FAILED = "node_failed"     # a launcher exited non-zero (the others were stopped)
+    TIMEOUT = "timeout"
+    INTERRUPTED = "interrupted"
+    ERROR = "error"                 # the backend failed before or while starting the nodes
+
+
+@dataclass
+class Wait:
+    end: WaitEnd
+    reason: str = ""
+    node: str | None = None         # the failed node's label (NODE_FAILED)
+
+
+@dataclass
+class NodeEvidence:
+    label: str
+    host: str
+    node_rank: int
+    ranks_expected: tuple = ()                      # the global ranks the plan put on this node
+    launcher_exit: int | None = None
+    ranks: RankReport | None = None                 # ranks.json, when present and valid
+    ranks_problem: str | None = None                # why ranks.json could not be used (names the file)
+    rank_logs: dict = field(default_factory=dict)   # {rank: path of rank<R>.out.log}
+    rank_tails: dict = field(default_factory=dict)  # {rank: last lines}
+    output_log: str = ""                            # the node launcher's (or container's) own output
+    output_tail: list = field(default_factory=list)
+
+
+@dataclass
+class RoundEvidence:
+    wait: Wait
+    nodes: list                                     # [NodeEvidence], node 0 first
+    rank0_records: list = field(default_factory=list)  # PerfLog records of global rank 0
+
+
+@dataclass
+class Verdict:
+    status: Status
+    failure: dict | None = None     # {reason, node, rank, exit_code, log, last_lines}
+    finished: Finished | None = None
+
+
+def describe_exit(code) -> str:
+    """'exit code 7', or 'killed by SIGKILL (exit code -9)' for a process ended by a signal."""
+    if isinstance(code, int) and code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name} (exit code {code})"
+        except ValueError:
+            pass
+    return "no exit code recorded" if code is None else f"exit code {code}"
+
+
+def _first_failed_rank(nodes) -> tuple:
+    """(node, RankRecord) of the rank that failed first, as the node launchers recorded it; (None, None)."""
+    for n in nodes:
+        if n.ranks is not None and n.ranks.first_failure is not None:
+            rec = n.ranks.rank(n.ranks.first_failure)
+            if rec is not None:
+                return n, rec
+    for n in nodes:     # a failure the launcher did not flag as first (it was stopping already)
+        for rec in (n.ranks.ranks if n.ranks else []):
+            if rec.exit_code not in (0, None) and not rec.stopped_by_launcher:
+                return n, rec
+    return None, None
+
+
+def _rank_failure(node, rec, reason=None) -> dict:
+    return {"reason": reason or f"rank {rec.rank} failed ({describe_exit(rec.exit_code)})", "node": node.label,
+            "rank": rec.rank, "exit_code": rec.exit_code, "log": node.rank_logs.get(rec.rank, ""),
+            "last_lines": list(node.rank_tails.get(rec.rank, []))}
+
+
+def interpret_round(ev: RoundEvidence) -> Verdict:
+    """The one place a round's status is decided."""
+    node, rec = _first_failed_rank(ev.nodes)
+    w = ev.wait
+    if w.end in (WaitEnd.INTERRUPTED, WaitEnd.TIMEOUT, WaitEnd.ERROR):
+        status = {WaitEnd.INTERRUPTED: Status.INTERRUPTED, WaitEnd.TIMEOUT: Status.TIMEOUT,
+                  WaitEnd.ERROR: Status.ERROR}[w.end]
+        failure: dict = {"reason": w.reason}
+        if node is not None:
+            failure = dict(_rank_failure(node, rec), reason=f"{w.reason}; rank {rec.rank} had failed "
+                                                             f"({describe_exit(rec.exit_code)})")
+        return Verdict(status, failure)
+    if node is not None:
+        return Verdict(Status.FAILED, _rank_failure(node, rec))
+    if w.end == WaitEnd.NODE_FAILED:
+        bad = next((n for n in ev.nodes if n.label == w.node), None)
+        failure = {"reason": w.reason or f"node {w.node} failed", "node": w.node}
+        if bad is not None:
+            if bad.ranks_problem:
+                failure["reason"] += f"; {bad.ranks_problem}"
+            failure.update(exit_code=bad.launcher_exit, log=bad.output_log, last_lines=list(bad.output_tail))
+        return Verdict(Status.FAILED, failure)
+    # Every launcher exited 0: trust the launchers' own records, then rank 0's result.
+    for n in ev.nodes:
+        if n.ranks_problem:
+            return Verdict(Status.FAILED, {"reason": f"node {n.label}: {n.ranks_problem}", "node": n.label,
+                                           "log": n.output_log, "last_lines": list(n.output_tail)})
+        got = sorted(r.rank for r in n.ranks.ranks) if n.ranks else []
+        if n.ranks_expected and got != sorted(n.ranks_expected):
+            return Verdict(Status.FAILED, {"reason": f"node {n.label}: ranks.json lists ranks {got}, the plan "
+                                                     f"started {sorted(n.ranks_expected)}", "node": n.label})
+    records = ev.rank0_records
+    finished = [r for r in records if r.get("event") == "FINISHED"]
+    skipped = [r for r in records if r.get("event") == "SKIPPED"]
+    node0 = ev.nodes[0] if ev.nodes else None
+    rec0 = node0.ranks.rank(0) if node0 and node0.ranks else None
+    where = {"node": node0.label if node0 else None, "rank": 0, "exit_code": rec0.exit_code if rec0 else None,
+             "log": node0.rank_logs.get(0, "") if node0 else "",
+             "last_lines": list(node0.rank_tails.get(0, [])) if node0 else []}
+    if not finished and skipped:
+        return Verdict(Status.SKIPPED, {"reason": f"skipped: {skipped[-1].get('reason') or 'no reason given'}"})
+    if not finished:
+        return Verdict(Status.FAILED, dict(where, reason="rank 0 printed no FINISHED line"))
+    problems = validate_finished(finished[-1])
+    if problems:
+        return Verdict(Status.FAILED, dict(where, reason=f"invalid result: {'; '.join(problems)}"))
+    return Verdict(Status.PASSED, None, Finished.from_dict(finished[-1]))
+
+
+def case_status(round_statuses) -> Status:
+    """A case from its rounds: passed when every round that ran passed (skipped rounds allowed), skipped when
+    all were skipped, failed when any failed, timed out or errored, interrupted when the run stopped in it,
+    not_run when none started."""
+    states = {Status(s) for s in round_statuses}
+    if not states or states == {Status.NOT_RUN}:
+        return Status.NOT_RUN
+    if states & {Status.FAILED, Status.TIMEOUT, Status.ERROR}:
+        return Status.FAILED
+    if Status.INTERRUPTED in states or Status.NOT_RUN in states:
+        return Status.INTERRUPTED
+    if states == {Status.SKIPPED}:
+        return Status.SKIPPED
+    return Status.PASSED
+
+
+def run_status(case_statuses, *, interrupted: bool) -> Status:
+    """A run: interrupted when a signal stopped it; passed when every case passed or was skipped; else failed."""
+    if interrupted:
+        return Status.INTERRUPTED
+    states = {Status(s) for s in case_statuses}
+    return Status.PASSED if states <= {Status.PASSED, Status.SKIPPED} else Status.FAILED

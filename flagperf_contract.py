@@ -1,0 +1,417 @@
+"""The contract between the flagperf driver and what runs on the hosts.
+
+One module, stdlib only, importable by Python >= 3.9. The driver imports it as ``flagperf_contract``; the node
+launcher, the monitor and the benchmark harness import the copy deployed at the root of ``FLAGPERF_PATH``
+(they put that folder on ``sys.path``). It holds:
+
+- the schema ids of every file exchanged (``SCHEMAS``),
+- the names of the files in a node directory,
+- typed records for them: :class:`LaunchSpec` (``launch.json``), :class:`RankReport` (``ranks.json``),
+  :class:`MonitorStatus` (``monitor_status.json``) and :class:`Finished` (a rank's PerfLog FINISHED line),
+  each with ``from_dict`` that checks the schema and types and raises :class:`ContractError`, and ``to_dict``,
+- :func:`validate_finished`, the one validator of FINISHED payloads, used by the harness before it prints the
+  line and by the driver when it reads it back,
+- :func:`now_iso` (timestamps in every log) and :func:`write_json_atomic`.
+
+docs/results.md describes the files; docs/benchmarks.md the PerfLog lines.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import math
+import os
+from dataclasses import asdict, dataclass, field
+from typing import Any, Dict, List, Optional, Tuple
+
+# ---------------------------------------------------------------------------------------------- schema ids
+LAUNCH_SCHEMA = "flagperf.launch/1"
+RANKS_SCHEMA = "flagperf.ranks/1"
+MONITOR_STATUS_SCHEMA = "flagperf.monitor-status/1"
+PERFLOG_SCHEMA = "flagperf.perflog/1"
+SCHEMAS = (LAUNCH_SCHEMA, RANKS_SCHEMA, MONITOR_STATUS_SCHEMA, PERFLOG_SCHEMA)
+
+# ------------------------------------------------------------------------------- files in a node directory
+LAUNCH_FILE = "launch.json"             # LaunchSpec, written by the driver
+CASE_CONFIG_FILE = "case_config.json"   # the merged case config, read by the ranks
+RANKS_FILE = "ranks.json"               # RankReport, written by the node launcher
+LAUNCHER_LOG = "launcher.log"           # the node launcher's own log
+LAUNCHER_OUTPUT = "launcher.out.log"    # the node launcher's stdout/stderr (bare runtime)
+CONTAINER_OUTPUT = "container.log"      # the container's stdout/stderr (docker runtime)
+ENV_PREPARE_LOG = "env_prepare.log"     # pip install / environment_variables.sh inside a container
+MONITOR_STATUS_FILE = "monitor_status.json"
+MONITOR_LOG = "monitor.log"
+MONITOR_OUTPUT = "monitor.out.log"      # the monitor's stdout/stderr
+HOST_SENSORS = ("cpu", "mem", "pwr")    # every other <name>_monitor.log is the accelerator file of a vendor
+
+PERFLOG_PREFIX = "[PerfLog] "
+CHECK_FAILED_EXIT = 3                   # a benchmark whose result is wrong exits with this
+CONFIG_ERROR_EXIT = 2                   # a benchmark that cannot use its case config exits with this
+LAUNCHER_SIGNALLED_EXIT = 143           # the node launcher was stopped by a signal
+LAUNCHER_BAD_SPEC_EXIT = 2
+
+
+def rank_log_name(rank: int) -> str:
+    return "rank%d.out.log" % rank
+
+
+def monitor_file_name(sensor: str, vendor: str) -> str:
+    """``cpu_monitor.log``, ``mem_monitor.log``, ``pwr_monitor.log``; the accelerator sensor is named after
+    the vendor (``nvidia_monitor.log``), as FlagPerf names it."""
+    return "%s_monitor.log" % (vendor if sensor == "gpu" else sensor)
+
+
+class ContractError(ValueError):
+    """A file or line does not follow its schema; the message says which file (when known) and what is wrong."""
+
+
+def now_iso() -> str:
+    """Local time with milliseconds and UTC offset: 2026-11-23T10:00:00.123+00:00."""
+    return datetime.datetime.now().astimezone().isoformat(timespec="milliseconds")
+
+
+def write_json_atomic(path, obj: Any, indent: int = 1) -> None:
+    """Write JSON to a temporary file beside ``path`` and rename it over ``path``: readers see the old file or
+    the whole new one, never a part."""
+    path = os.fspath(path)
+    tmp = "%s.tmp.%d" % (path, os.getpid())
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(obj, f, indent=indent, allow_nan=False, default=str)
+        f.write("\n")
+    os.replace(tmp, path)
+
+
+def read_json_file(path, record_type):
+    """Read ``path`` and build ``record_type`` from it; ContractError names the file on any problem."""
+    path = os.fspath(path)
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except FileNotFoundError:
+        raise ContractError("%s: missing" % path) from None
+    except (OSError, ValueError) as exc:
+        raise ContractError("%s: unreadable: %s" % (path, exc)) from None
+    try:
+        return record_type.from_dict(data)
+    except ContractError as exc:
+        raise ContractError("%s: %s" % (path, exc)) from None
+
+
+# ------------------------------------------------------------------------------------------ type checking
+_NAMES = {str: "a string", int: "an integer", float: "a number", bool: "true or false", list: "a list",
+          dict: "an object", type(None): "null"}
+
+
+def _is(value, types) -> bool:
+    types = types if isinstance(types, tuple) else (types,)
+    if isinstance(value, bool) and bool not in types:
+        return False
+    if float in types and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return not isinstance(value, float) or math.isfinite(value)
+    return isinstance(value, types)
+
+
+def _describe(types) -> str:
+    types = types if isinstance(types, tuple) else (types,)
+    return " or ".join(_NAMES.get(t, t.__name__) for t in types if not (t is int and float in types))
+
+
+def _fields(data, spec: Dict[str, Any], required: Tuple[str, ...], what: str) -> List[str]:
+    """Problems of ``data`` against ``spec`` ({key: types}); keys in ``required`` must be present."""
+    if not isinstance(data, dict):
+        return ["expected %s object, got %s" % (what, type(data).__name__)]
+    problems = []
+    for key, types in spec.items():
+        if key not in data:
+            if key in required:
+                problems.append("missing key %r" % key)
+            continue
+        if not _is(data[key], types):
+            problems.append("%r: expected %s, got %r" % (key, _describe(types), data[key]))
+    return problems
+
+
+def _check_schema(data, schema: str) -> None:
+    if not isinstance(data, dict):
+        raise ContractError("expected a JSON object with schema %r" % schema)
+    got = data.get("schema")
+    if got != schema:
+        raise ContractError("expected schema %r, got %r" % (schema, got))
+
+
+def _raise(problems: List[str]) -> None:
+    if problems:
+        raise ContractError("; ".join(problems))
+
+
+# --------------------------------------------------------------------------------------------- launch.json
+_NUM = (int, float)
+_OPT_STR = (str, type(None))
+_OPT_INT = (int, type(None))
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    """What one node launcher starts: ``nproc`` ranks of ``argv`` in ``cwd`` with ``env``, logs in ``out_dir``."""
+
+    case: str                       # the CASES key
+    case_name: str                  # the case's directory name
+    framework: str
+    round: int
+    node_rank: int
+    nnodes: int
+    nproc: int
+    ranks: List[int]                # global ranks of this node
+    argv: List[str]                 # every rank's argv
+    cwd: str
+    env: Dict[str, str]             # set for every rank (MASTER_ADDR, WORLD_SIZE, ...)
+    out_dir: str                    # the node directory
+    env_defaults: Dict[str, str] = field(default_factory=dict)   # set unless the environment has them
+    visible_devices_env: Optional[str] = None
+    visible_devices: str = ""
+    data_dir: Optional[str] = None
+    grace_s: float = 10.0           # SIGTERM to SIGKILL when stopping ranks
+    container_name: Optional[str] = None
+
+    _TYPES = {"case": str, "case_name": str, "framework": str, "round": int, "node_rank": int, "nnodes": int,
+              "nproc": int, "ranks": list, "argv": list, "cwd": str, "env": dict, "out_dir": str,
+              "env_defaults": dict, "visible_devices_env": _OPT_STR, "visible_devices": str, "data_dir": _OPT_STR,
+              "grace_s": _NUM, "container_name": _OPT_STR}
+    _REQUIRED = ("case", "case_name", "framework", "round", "node_rank", "nnodes", "nproc", "ranks", "argv",
+                 "cwd", "env", "out_dir")
+
+    def to_dict(self) -> dict:
+        d = {"schema": LAUNCH_SCHEMA}
+        d.update(asdict(self))
+        return d
+
+    @classmethod
+    def from_dict(cls, data) -> "LaunchSpec":
+        _check_schema(data, LAUNCH_SCHEMA)
+        problems = _fields(data, cls._TYPES, cls._REQUIRED, "a launch spec")
+        if not problems:
+            if not data["argv"] or not all(isinstance(a, str) for a in data["argv"]):
+                problems.append("'argv': expected a non-empty list of strings")
+            if not all(_is(r, int) for r in data["ranks"]) or len(data["ranks"]) != data["nproc"]:
+                problems.append("'ranks': expected nproc (%r) integers" % data["nproc"])
+            for key in ("env", "env_defaults"):
+                if not all(isinstance(k, str) and isinstance(v, str) for k, v in data.get(key, {}).items()):
+                    problems.append("%r: expected an object of strings" % key)
+        _raise(problems)
+        return cls(**{k: data[k] for k in cls._TYPES if k in data})
+
+
+# ---------------------------------------------------------------------------------------------- ranks.json
+@dataclass(frozen=True)
+class RankRecord:
+    rank: int
+    local_rank: int
+    pid: Optional[int]
+    exit_code: Optional[int]            # None: never ended (should not happen); < 0: killed by signal -code
+    started: Optional[str] = None
+    ended: Optional[str] = None
+    duration_s: Optional[float] = None
+    stopped_by_launcher: bool = False   # it was still running when the launcher stopped the ranks
+
+    _TYPES = {"rank": int, "local_rank": int, "pid": _OPT_INT, "exit_code": _OPT_INT, "started": _OPT_STR,
+              "ended": _OPT_STR, "duration_s": (int, float, type(None)), "stopped_by_launcher": (bool, type(None))}
+    _REQUIRED = ("rank", "local_rank", "pid", "exit_code")
+
+    @classmethod
+    def from_dict(cls, data) -> "RankRecord":
+        _raise(_fields(data, cls._TYPES, cls._REQUIRED, "a rank record"))
+        kw = {k: data[k] for k in cls._TYPES if k in data}
+        kw["stopped_by_launcher"] = bool(kw.get("stopped_by_launcher"))
+        return cls(**kw)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class RankReport:
+    """ranks.json: every rank of one node, and which rank failed first."""
+
+    node_rank: int
+    ranks: List[RankRecord]
+    first_failure: Optional[int] = None     # the global rank that failed first (None: none failed)
+    stopped: Optional[str] = None           # why the launcher stopped the ranks, if it did
+    signalled: bool = False                 # the launcher itself was stopped by a signal
+
+    _TYPES = {"node_rank": int, "ranks": list, "first_failure": _OPT_INT, "stopped": _OPT_STR,
+              "signalled": bool}
+    _REQUIRED = ("node_rank", "ranks")
+
+    @classmethod
+    def from_dict(cls, data) -> "RankReport":
+        _check_schema(data, RANKS_SCHEMA)
+        _raise(_fields(data, cls._TYPES, cls._REQUIRED, "a rank report"))
+        ranks = []
+        for i, r in enumerate(data["ranks"]):
+            try:
+                ranks.append(RankRecord.from_dict(r))
+            except ContractError as exc:
+                raise ContractError("ranks[%d]: %s" % (i, exc)) from None
+        return cls(data["node_rank"], ranks, data.get("first_failure"), data.get("stopped"),
+                   bool(data.get("signalled", False)))
+
+    def to_dict(self) -> dict:
+        return {"schema": RANKS_SCHEMA, "node_rank": self.node_rank, "stopped": self.stopped,
+                "signalled": self.signalled, "first_failure": self.first_failure,
+                "ranks": [r.to_dict() for r in self.ranks]}
+
+    def rank(self, rank: int) -> Optional[RankRecord]:
+        for r in self.ranks:
+            if r.rank == rank:
+                return r
+        return None
+
+
+# ------------------------------------------------------------------------------------- monitor_status.json
+@dataclass(frozen=True)
+class SensorStatus:
+    available: bool
+    reason: Optional[str] = None        # why it is unavailable
+    source: Optional[str] = None        # psutil, rapl, hwmon, nvml, npu-smi, ...
+    file: Optional[str] = None          # its data file in the node directory
+    extra: Dict[str, Any] = field(default_factory=dict)  # source-specific (devices, zones, ...)
+
+    @classmethod
+    def from_dict(cls, data) -> "SensorStatus":
+        _raise(_fields(data, {"available": bool, "reason": _OPT_STR, "source": _OPT_STR, "file": _OPT_STR},
+                       ("available",), "a sensor status"))
+        extra = {k: v for k, v in data.items() if k not in ("available", "reason", "source", "file")}
+        return cls(data["available"], data.get("reason"), data.get("source"), data.get("file"), extra)
+
+    def to_dict(self) -> dict:
+        d: Dict[str, Any] = {"available": self.available}
+        for key in ("reason", "source", "file"):
+            if getattr(self, key) is not None:
+                d[key] = getattr(self, key)
+        d.update(self.extra)
+        return d
+
+
+@dataclass(frozen=True)
+class MonitorStatus:
+    """monitor_status.json: which sensors a node's monitor had, and how it ended."""
+
+    pid: int
+    interval_s: float
+    started: str
+    sensors: Dict[str, SensorStatus]
+    run_id: Optional[str] = None
+    stopped: Optional[str] = None
+    stop_reason: Optional[str] = None
+    samples: Optional[int] = None
+    sample_ms_mean: Optional[float] = None
+
+    _TYPES = {"pid": int, "interval_s": _NUM, "started": str, "sensors": dict, "run_id": _OPT_STR,
+              "stopped": _OPT_STR, "stop_reason": _OPT_STR, "samples": _OPT_INT,
+              "sample_ms_mean": (int, float, type(None))}
+    _REQUIRED = ("pid", "interval_s", "started", "sensors")
+
+    @classmethod
+    def from_dict(cls, data) -> "MonitorStatus":
+        _check_schema(data, MONITOR_STATUS_SCHEMA)
+        _raise(_fields(data, cls._TYPES, cls._REQUIRED, "a monitor status"))
+        sensors = {}
+        for name, s in data["sensors"].items():
+            try:
+                sensors[name] = SensorStatus.from_dict(s)
+            except ContractError as exc:
+                raise ContractError("sensors[%r]: %s" % (name, exc)) from None
+        kw = {k: data[k] for k in cls._TYPES if k in data}
+        kw["sensors"] = sensors
+        return cls(**kw)
+
+    def to_dict(self) -> dict:
+        d: Dict[str, Any] = {"schema": MONITOR_STATUS_SCHEMA}
+        for key in self._TYPES:
+            value = getattr(self, key)
+            if key == "sensors":
+                value = {n: s.to_dict() for n, s in value.items()}
+            if value is not None or key in self._REQUIRED:
+                d[key] = value
+        return d
+
+
+# --------------------------------------------------------------------------------------- PerfLog FINISHED
+_FINISHED_TYPES = {"schema": str, "benchmark": str, "metric": str, "value": _NUM, "unit": str,
+                   "higher_is_better": bool, "e2e_time": _NUM, "metrics": dict, "checks": dict, "env": dict}
+
+
+def validate_finished(payload) -> List[str]:
+    """Every problem of a FINISHED payload against flagperf.perflog/1; [] when it is valid.
+
+    Rules: every key of the schema is present with its type; ``value`` and ``e2e_time`` are finite numbers;
+    each ``metrics`` entry is ``{"value": finite number, "unit": string}``; ``checks`` is
+    ``{"passed": true, "details": {...}}`` (a failed check is a CHECK_FAILED line, never a FINISHED one).
+    """
+    problems = _fields(payload, _FINISHED_TYPES, tuple(_FINISHED_TYPES), "a FINISHED")
+    if not isinstance(payload, dict):
+        return problems
+    if isinstance(payload.get("schema"), str) and payload["schema"] != PERFLOG_SCHEMA:
+        problems.append("unsupported schema %r (expected %r)" % (payload["schema"], PERFLOG_SCHEMA))
+    for key in ("benchmark", "metric"):
+        if payload.get(key) == "":
+            problems.append("%r: expected a non-empty string" % key)
+    metrics = payload.get("metrics")
+    for name, m in metrics.items() if isinstance(metrics, dict) else ():
+        if not (isinstance(m, dict) and _is(m.get("value"), _NUM) and isinstance(m.get("unit"), str)):
+            problems.append("metrics[%r]: expected {'value': finite number, 'unit': string}, got %r" % (name, m))
+    checks = payload.get("checks")
+    if isinstance(checks, dict):
+        if checks.get("passed") is not True:
+            problems.append("checks.passed is not true")
+        if not isinstance(checks.get("details", {}), dict):
+            problems.append("checks.details: expected an object")
+    return problems
+
+
+@dataclass(frozen=True)
+class Finished:
+    """A valid FINISHED payload: the headline figure of a round, its named metrics, checks and environment."""
+
+    benchmark: str
+    metric: str
+    value: float
+    unit: str
+    higher_is_better: bool
+    e2e_time: float
+    metrics: Dict[str, Dict[str, Any]]
+    checks: Dict[str, Any]
+    env: Dict[str, Any]
+    raw: Dict[str, Any] = field(default_factory=dict, compare=False, repr=False)  # the whole record
+
+    @classmethod
+    def from_dict(cls, data) -> "Finished":
+        _raise(validate_finished(data))
+        return cls(data["benchmark"], data["metric"], data["value"], data["unit"], data["higher_is_better"],
+                   data["e2e_time"], data["metrics"], data["checks"], data["env"], dict(data))
+
+    def to_dict(self) -> dict:
+        return dict(self.raw) if self.raw else dict(
+            schema=PERFLOG_SCHEMA, benchmark=self.benchmark, metric=self.metric, value=self.value, unit=self.unit,
+            higher_is_better=self.higher_is_better, e2e_time=self.e2e_time, metrics=self.metrics,
+            checks=self.checks, env=self.env)
+
+
+def perflog_line(record: dict) -> str:
+    """The text of one PerfLog line (strict JSON: NaN and infinities are refused)."""
+    return PERFLOG_PREFIX + json.dumps(record, allow_nan=False)
+
+
+def parse_perflog_line(line: str) -> Optional[dict]:
+    """The record of a ``[PerfLog] {json}`` line, or None for any other line (or a cut-off one)."""
+    i = line.find(PERFLOG_PREFIX)
+    if i < 0:
+        return None
+    try:
+        record = json.loads(line[i + len(PERFLOG_PREFIX):])
+    except ValueError:
+        return None
+    if isinstance(record, dict) and isinstance(record.get("event"), str):
+        return record
+    return None
