@@ -76,10 +76,17 @@ def write_json_atomic(path, obj: Any, indent: int = 1) -> None:
     the whole new one, never a part."""
     path = os.fspath(path)
     tmp = "%s.tmp.%d" % (path, os.getpid())
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(obj, f, indent=indent, allow_nan=False, default=str)
-        f.write("\n")
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(obj, f, indent=indent, allow_nan=False, default=str)
+            f.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
 
 
 def read_json_file(path, record_type):

@@ -79,6 +79,9 @@ def run(config_path, cluster_path, accept_new_host_keys, dry_run):
         from flagperf.backends import backend_class
         from flagperf.render import plan_lines
         backend = backend_class(cfg.cluster.scheduler)(cfg, logging.getLogger("flagperf.dry-run"))
+        local = _local_accelerators(cfg)
+        if local is not None:
+            plan = build_plan(cfg, plan.run_id, {"localhost": local})
         for line in plan_lines(plan, backend):
             console.print(line, markup=False)
         sys.exit(EXIT_OK)
@@ -123,6 +126,22 @@ def check(config_path, cluster_path, accept_new_host_keys):
         backend.close()
     _console().print(check_table(results))
     sys.exit(EXIT_OK if all(r.ok for r in results) else EXIT_HOSTS)
+
+
+def _local_accelerators(cfg):
+    """This machine's NVIDIA GPUs for a dry run of nproc auto on localhost (None: not applicable or unknown)."""
+    if cfg.vendor.device != "cuda" or not any(h.is_local for h in cfg.cluster.hosts) or \
+            all(c.nproc is not None for c in cfg.test.cases):
+        return None
+    try:
+        import pynvml
+        pynvml.nvmlInit()
+        try:
+            return int(pynvml.nvmlDeviceGetCount())
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:  # noqa: BLE001 - no NVML here: the plan says what it assumed
+        return None
 
 
 def _backend(cfg, accept_new_host_keys):

@@ -67,7 +67,9 @@ class CaseSpec:
                 more = " or auto" if name == "nproc" else ""
                 raise ValueError(f"{name} must be a positive integer{more}, got {value!r}")
             numbers.append(int(value))
-        return cls(key, *parts[:3], *numbers, data_dir=data_dir)
+        model, framework, hw = parts[:3]
+        nnodes, nproc, repeat = numbers
+        return cls(key, model, framework, hw, nnodes, nproc, repeat, data_dir=data_dir)
 
     @property
     def name(self) -> str:
@@ -312,6 +314,7 @@ def load_config(test_path, cluster_override=None, *, source_root: Path = SOURCE_
         docker_build_args=tuple(sorted((str(k), str(v)) for k, v in build_args.items())),
         extra_ca_bundle=ca_bundle,
     )
+    assert cluster is not None and vendor is not None      # else a problem was reported above
     hosts = tuple(
         h if h.flagperf_path else HostSpec(h.address, h.ssh_port, h.ssh_user, h.ssh_key, h.python, flagperf_path)
         for h in cluster.hosts
@@ -430,7 +433,7 @@ def _load_cluster(path: Path | None, problems: list) -> ClusterConfig | None:
             ))
     if not hosts:
         return None     # the problems are reported above; checking the cases against 0 hosts would only repeat them
-    return ClusterConfig(path, tuple(hosts), known_hosts, master_port, scheduler)
+    return ClusterConfig(path, tuple(hosts), known_hosts, master_port or 29501, scheduler)
 
 
 def _host_path(ck, entry, label) -> str:

@@ -14,21 +14,22 @@ from dataclasses import dataclass
 
 LABEL_RUN, LABEL_CASE, LABEL_ROUND, LABEL_NODE = "flagperf.run", "flagperf.case", "flagperf.round", "flagperf.node"
 
-# Runs inside the container: $1 benchmark dir, $2 node dir, then the node launcher's argv.
-PREPARE_AND_LAUNCH = r"""
-bench=$1; node=$2; shift 2
-{
-  echo "# environment preparation in $bench"
-  if [ -f "$bench/requirements.txt" ]; then
-    echo "\$ python3 -m pip install -r $bench/requirements.txt ${PIP_INDEX_URL:+--index-url $PIP_INDEX_URL}"
-    python3 -m pip install --disable-pip-version-check -r "$bench/requirements.txt" \
-      ${PIP_INDEX_URL:+--index-url "$PIP_INDEX_URL"} || exit 90
-  fi
-  if [ -f "$bench/environment_variables.sh" ]; then echo "\$ . $bench/environment_variables.sh"; fi
-} >>"$node/env_prepare.log" 2>&1 || { echo "environment preparation failed: see $node/env_prepare.log" >&2; exit 90; }
-if [ -f "$bench/environment_variables.sh" ]; then . "$bench/environment_variables.sh"; fi
-exec "$@"
-"""
+# Runs inside the container: $1 benchmark dir, $2 node dir, then the node launcher's argv. One line, so that the
+# `docker run` line of --dry-run stays one line: install the benchmark's requirements.txt and source its
+# environment_variables.sh (both logged to env_prepare.log), then exec the node launcher.
+PREPARE_AND_LAUNCH = " ".join([
+    'bench=$1; node=$2; shift 2;',
+    '{ echo "# environment preparation in $bench";',
+    'if [ -f "$bench/requirements.txt" ]; then',
+    'echo "\\$ python3 -m pip install -r $bench/requirements.txt ${PIP_INDEX_URL:+--index-url $PIP_INDEX_URL}";',
+    'python3 -m pip install --disable-pip-version-check -r "$bench/requirements.txt"',
+    '${PIP_INDEX_URL:+--index-url "$PIP_INDEX_URL"} || exit 90; fi;',
+    'if [ -f "$bench/environment_variables.sh" ]; then echo "\\$ . $bench/environment_variables.sh"; fi;',
+    '} >>"$node/env_prepare.log" 2>&1',
+    '|| { echo "environment preparation failed: see $node/env_prepare.log" >&2; exit 90; };',
+    'if [ -f "$bench/environment_variables.sh" ]; then . "$bench/environment_variables.sh"; fi;',
+    'exec "$@"',
+])
 ENV_PREPARE_FAILED_EXIT = 90
 
 
@@ -72,8 +73,8 @@ class ContainerRun:
         if self.privileged:
             argv.append("--privileged")
         if self.gpus not in ("none", 0, None):
-            gpus = self.gpus if isinstance(self.gpus, (str, int)) else '"device=' + ",".join(map(str, self.gpus)) + '"'
-            argv += ["--gpus", str(gpus)]
+            ids = self.gpus if isinstance(self.gpus, (str, int)) else ",".join(str(g) for g in self.gpus)  # type: ignore[attr-defined]
+            argv += ["--gpus", str(ids) if isinstance(self.gpus, (str, int)) else f'"device={ids}"']
         for dev in self.devices:
             argv += ["--device", dev]
         for flag, values in (("--cap-add", self.cap_add), ("--group-add", self.group_add),

@@ -197,7 +197,14 @@ class Run:
         """Backend preparation for the case's hosts (images for containers); a failure fails the case only."""
         t0 = time.monotonic()
         try:
-            self.backend.prepare_case(case)
+            try:
+                self.backend.prepare_case(case)
+            except (KeyboardInterrupt, Interrupted, BackendError):
+                raise
+            except Exception as exc:  # noqa: BLE001 - fails this case only
+                import traceback
+                self.log.error(traceback.format_exc())
+                raise BackendError(f"unexpected {type(exc).__name__}: {exc}") from exc
         except BackendError as exc:
             self.step(f"{case.name}: preparation failed: {exc}", logging.ERROR)
             self._lines(exc.last_lines)
@@ -229,19 +236,29 @@ class Run:
                 monitors[node.label] = self.backend.spawn_monitor(node)
             for node in nodes:
                 self.cmd(node, node.launcher_argv)
+            problems = []
             for o in fan_out(nodes, self.backend.spawn_launcher, deadline_s=60):
                 if o.ok:
                     launchers[o.key.label] = o.value
-            missing = [n.label for n in nodes if n.label not in launchers]
-            if missing:
-                raise BackendError(f"{', '.join(missing)}: the node launcher did not start")
+                else:
+                    problems.append(o.error if o.key.label in o.error else f"{o.key.label}: {o.error}")
+            if problems:
+                raise BackendError(f"the node launcher did not start: {'; '.join(problems)}")
             wait = self._wait(launchers, t.case_timeout, label)
-        except (KeyboardInterrupt, Interrupted):
-            wait = Wait(WaitEnd.INTERRUPTED, "interrupted by the user")
+        except KeyboardInterrupt:
+            wait = Wait(WaitEnd.INTERRUPTED, "interrupted (SIGINT)")
+            raise
+        except Interrupted as exc:
+            wait = Wait(WaitEnd.INTERRUPTED, f"interrupted ({exc})")
             raise
         except BackendError as exc:
             wait = Wait(WaitEnd.ERROR, str(exc))
             self.step(f"{label}: {exc}", level=logging.ERROR)
+        except Exception as exc:  # noqa: BLE001 - an unexpected backend failure fails this round, not the run
+            import traceback
+            self.log.error(traceback.format_exc())
+            wait = Wait(WaitEnd.ERROR, f"unexpected {type(exc).__name__}: {exc} (traceback in {RUN_LOG})")
+            self.step(f"{label}: {wait.reason}", level=logging.ERROR)
         finally:
             with _signals_deferred():
                 self._stop(launchers, "launcher", signal.SIGTERM, STOP_GRACE_S)

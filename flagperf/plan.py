@@ -164,10 +164,11 @@ def resolve_nproc(config: Config, case: CaseSpec, accelerators: dict | None) -> 
         return CPU_AUTO_NPROC, None
     hosts = config.cluster.hosts[:case.nnodes]
     counts = [(accelerators or {}).get(h.address) for h in hosts]
-    if any(c is None for c in counts):
+    known = [c for c in counts if isinstance(c, int)]
+    if len(known) < len(counts):
         return 1, (f"{case.key}: nproc auto is resolved from each host's accelerator count when the run checks "
                    f"the hosts; this plan assumes 1")
-    return max(1, min(counts)), None
+    return max(1, min(known)), None
 
 
 def build_plan(config: Config, run_id: str | None = None, accelerators: dict | None = None) -> Plan:

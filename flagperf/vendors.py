@@ -1,8 +1,10 @@
 """Vendor profiles: ``vendors/<name>/vendor.yaml``, validated into frozen dataclasses.
 
-A profile says how ranks use the vendor's accelerators (device, backend, visible-devices variable) and, in
-its ``container:`` section, how the vendor's container is run (a :class:`ContainerSpec`, which turns into the
-keyword arguments of docker SDK's ``containers.run``/``create``). docs/vendors.md describes every key.
+A profile says how ranks use the vendor's accelerators (device, backend, torch plug-in, visible-devices
+variable, the accelerator plug-in of monitors/accel/ that counts and samples them) and, in its ``container:``
+section, how the vendor's container is run (a :class:`ContainerSpec`, which turns into the keyword arguments of
+docker SDK's ``containers.run``/``create``). docs/vendors.md describes every key. :func:`usable_on_host` says
+why a profile cannot run on a host, from what launcher/probe.py found there.
 """
 
 from __future__ import annotations
@@ -15,7 +17,13 @@ from pathlib import Path
 from flagperf.yamlio import load_yaml_file
 
 DEVICES = ("cpu", "cuda", "other")          # other: an untested vendor whose torch device is not cuda
-GPU_MONITORS = ("nvml", "none")             # plug-ins of monitors/monitor.py --gpu
+# torch device types the benchmark harness drives (FLAGPERF_DEVICE) and the torch.distributed backends it
+# accepts (FLAGPERF_DIST_BACKEND), each device's own backend first: keep in step with
+# benchmarks/common/harness.py (DEVICE_TYPES, DIST_BACKENDS, DEVICE_BACKEND; a unit test compares them).
+TORCH_DEVICES = ("cpu", "cuda", "npu", "mlu", "xpu", "musa")
+DIST_BACKENDS = ("nccl", "gloo", "hccl", "cncl", "xccl", "mccl")
+DEVICE_BACKEND = {"cpu": "gloo", "cuda": "nccl", "npu": "hccl", "mlu": "cncl", "xpu": "xccl", "musa": "mccl"}
+NO_GPU_MONITOR = "none"
 IPC_MODES = ("host", "private", "shareable", "none")
 ULIMIT_NAMES = ("core", "cpu", "data", "fsize", "locks", "memlock", "msgqueue", "nice", "nofile", "nproc",
                 "rss", "rtprio", "rttime", "sigpending", "stack")
@@ -28,6 +36,7 @@ _KEYS = {
     "dist_backend": str,
     "visible_devices_env": (str, type(None)),
     "gpu_monitor": str,
+    "torch_plugin": (str, type(None)),
     "rank_env": dict,
     "frameworks": list,
     "container": dict,
@@ -41,6 +50,7 @@ LIST_FIELDS = ("devices", "group_add", "cap_add", "security_opt", "volumes")
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 SIZE = re.compile(r"[0-9]+(\.[0-9]+)?[bkmgtBKMGT]?[bB]?")
 _GLOB = re.compile(r"[*?\[]")
+_MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 
 
 @dataclass(frozen=True)
@@ -124,6 +134,7 @@ class VendorProfile:
     container: ContainerSpec = field(default_factory=ContainerSpec)
     peaks: Path | None = None                       # peak table YAML
     tested: bool = True                             # False: written from documentation, never run
+    torch_plugin: str | None = None                 # the vendor's torch extension module (torch_npu, ...)
 
 
 # --- checks of single values, shared with container_opts; each returns what was expected, or None ---
@@ -194,6 +205,15 @@ def check_env_value(value) -> str | None:
     return None if ok else f"expected a string or number, got {value!r}"
 
 
+def accel_plugins(root: Path) -> list[str]:
+    """The accelerator plug-ins of the tree at ``root``: the modules of monitors/accel/ (helpers, named _*,
+    excepted), sorted. ``gpu_monitor`` names one of them, or none."""
+    d = Path(root) / "monitors" / "accel"
+    if not d.is_dir():
+        return []
+    return sorted(p.stem for p in d.glob("*.py") if not p.stem.startswith("_") and re.fullmatch(r"\w+", p.stem))
+
+
 def vendor_names(root: Path) -> list[str]:
     d = root / "vendors"
     return sorted(p.name for p in d.iterdir() if (p / "vendor.yaml").is_file()) if d.is_dir() else []
@@ -248,16 +268,34 @@ def load_vendor(root: Path, name: str) -> tuple[VendorProfile | None, list[str]]
     elif device == "other" and tested:
         p.add("device", "expected cpu or cuda: 'other' is only for untested profiles (tested: false)")
     torch_device = get["torch_device"]
-    if device in ("cpu", "cuda") and torch_device not in (None, device):
+    effective_device = None     # the torch device the ranks will use, when the profile names a valid one
+    if torch_device is not None and torch_device not in TORCH_DEVICES:
+        p.add("torch_device", f"expected one of {', '.join(TORCH_DEVICES)}, got {torch_device!r}")
+    elif device in ("cpu", "cuda") and torch_device not in (None, device):
         p.add("torch_device", f"expected {device!r} (as device) or no torch_device, got {torch_device!r}")
-    if torch_device is not None and not re.fullmatch(r"[a-z][a-z0-9_]*", torch_device):
-        p.add("torch_device", f"expected a torch device type such as cuda, npu or mlu, got {torch_device!r}")
+    elif device == "other" and torch_device in ("cpu", "cuda"):
+        p.add("torch_device", f"expected one of {', '.join(TORCH_DEVICES[2:])} with device: other "
+                              f"(cpu and cuda are devices of their own), got {torch_device!r}")
+    else:
+        effective_device = torch_device or (device if device in ("cpu", "cuda") else None)
+    backend = get["dist_backend"]
+    if backend is not None and backend not in DIST_BACKENDS:
+        p.add("dist_backend", f"expected one of {', '.join(DIST_BACKENDS)}, got {backend!r}")
+    elif backend not in (None, "gloo") and effective_device is not None \
+            and DEVICE_BACKEND[effective_device] != backend:
+        p.add("dist_backend", f"expected {DEVICE_BACKEND[effective_device]} or gloo with torch device "
+                              f"{effective_device}, got {backend!r}")
+    torch_plugin = get["torch_plugin"]
+    if torch_plugin is not None and not _MODULE.fullmatch(torch_plugin):
+        p.add("torch_plugin", f"expected a Python module name such as torch_npu, got {torch_plugin!r}")
     visible = get["visible_devices_env"]
     if visible is not None and not ENV_NAME.fullmatch(visible):
         p.add("visible_devices_env", f"expected an environment variable name, got {visible!r}")
-    monitor = "none" if get["gpu_monitor"] is None else get["gpu_monitor"]
-    if monitor not in GPU_MONITORS:
-        p.add("gpu_monitor", f"expected one of {', '.join(GPU_MONITORS)}, got {monitor!r}")
+    monitor = NO_GPU_MONITOR if get["gpu_monitor"] is None else get["gpu_monitor"]
+    monitors = accel_plugins(root) + [NO_GPU_MONITOR]
+    if monitor not in monitors:
+        p.add("gpu_monitor", f"expected one of {', '.join(monitors)} (the plug-ins in "
+                             f"{Path(root) / 'monitors' / 'accel'}, or none), got {monitor!r}")
     frameworks = get["frameworks"]
     if frameworks is not None and (not frameworks or not all(isinstance(f, str) and f for f in frameworks)):
         p.add("frameworks", f"expected a non-empty list of framework names, got {frameworks!r}")
@@ -289,6 +327,7 @@ def load_vendor(root: Path, name: str) -> tuple[VendorProfile | None, list[str]]
         container=container,
         peaks=peaks,
         tested=tested,
+        torch_plugin=torch_plugin,
     ), []
 
 
@@ -340,6 +379,37 @@ def _load_container(p: _Problems, raw: dict) -> ContainerSpec:
         p.add("container.runtime", f"expected a docker runtime name such as nvidia, got {runtime!r}")
     kw["runtime"] = runtime
     return ContainerSpec(**kw)
+
+
+def usable_on_host(profile: VendorProfile, probe_info: dict, runtime: str) -> str | None:
+    """Why ``profile`` cannot run on a host, from launcher/probe.py's answer there (None: nothing against it).
+
+    - RUNTIME bare (ranks use the host's Python): the vendor's torch plug-in must be importable there (in a
+      container it comes with the image);
+    - the accelerator plug-in (``gpu_monitor``) must be able to count the host's accelerators;
+    - an accelerator device (cuda, npu, ...) needs at least one accelerator (when the plug-in can count them:
+      with ``gpu_monitor: none`` the count is unknown).
+    Whether there are enough accelerators for the cases is the caller's business. The probe must have been
+    asked about this profile (``--accel <gpu_monitor> --torch-plugin <torch_plugin>``); what it was not asked
+    about is not held against the profile."""
+    info: dict = probe_info if isinstance(probe_info, dict) else {}
+    problems = []
+    plugin: dict = info["torch_plugin"] if isinstance(info.get("torch_plugin"), dict) else {}
+    if runtime == "bare" and profile.torch_plugin and plugin.get("module") == profile.torch_plugin \
+            and not plugin.get("found"):
+        python = info.get("executable") or "the host's python"
+        problems.append(f"its torch plug-in {profile.torch_plugin} is not importable by {python}, the Python "
+                        f"that RUNTIME: bare runs the ranks with ({plugin.get('error') or 'not found'})")
+    acc: dict = info["accelerators"] if isinstance(info.get("accelerators"), dict) else {}
+    monitor = profile.gpu_monitor
+    if monitor != NO_GPU_MONITOR and acc.get("source") == monitor:
+        count = acc.get("count")
+        device = profile.torch_device or profile.device
+        if acc.get("error"):
+            problems.append(f"the {monitor} plug-in cannot count the accelerators: {acc['error']}")
+        elif device not in ("cpu", "other") and isinstance(count, int) and count < 1:
+            problems.append(f"torch device {device}, but the {monitor} plug-in finds no accelerator on the host")
+    return "; ".join(problems) or None
 
 
 def detect_vendor() -> tuple[str, str]:

@@ -1,10 +1,18 @@
 #!/usr/bin/env python3
-"""flagperf host probe: prints one JSON object describing this host. Stdlib only, and cheap: torch is found,
-not imported (importing it costs seconds of CPU per host); accelerators are counted through NVML when
-pynvml is there, else from the /dev/nvidia<N> device files. Written without f-strings so that an old
-interpreter still reports its version instead of a syntax error.
+"""flagperf host probe: prints one JSON object describing this host. Stdlib only, and cheap: torch and the
+vendor's torch plug-in are found, not imported (importing them costs seconds of CPU per host).
 
-Usage: probe.py [--path P ...]
+Accelerators are counted by the accelerator plug-in named by --accel (monitors/accel/<PLUGIN>.py of the
+flagperf tree at --flagperf-path, loaded by file path: the driver runs this file as ``python -c <source>``, so
+it has no __file__ to find the tree from); ``none`` counts nothing. Without the plug-in file (a tree not
+deployed yet), nvml still counts through NVML, else from the /dev/nvidia<N> device files. Written without
+f-strings so that an old interpreter still reports its version instead of a syntax error.
+
+Usage: probe.py [--path P ...] [--flagperf-path FP] [--accel PLUGIN] [--torch-plugin MODULE]
+
+Output keys: python, executable, hostname, cpu_count, paths, torch, torch_error,
+accelerators {"source": PLUGIN, "count": N, "error": reason or null}, gpus (= accelerators.count), gpus_from,
+torch_plugin {"module": MODULE or null, "found": bool, "error": reason or null}.
 """
 
 import argparse
@@ -12,6 +20,7 @@ import glob
 import json
 import os
 import platform
+import re
 import shutil
 import sys
 
@@ -51,27 +60,75 @@ def torch_info():
     return "unknown", None
 
 
-def gpu_count():
+def nvml_count():
+    """The nvml plug-in's count when the tree is not there: NVML, else the /dev/nvidia<N> device files."""
     devices = len(glob.glob("/dev/nvidia[0-9]*"))
     if not devices:
-        return 0, "dev"             # no NVIDIA device files: no need to load NVML
+        return 0, None              # no NVIDIA device files: no need to load NVML
     try:
         import pynvml
         pynvml.nvmlInit()
         try:
-            return pynvml.nvmlDeviceGetCount(), "nvml"
+            return pynvml.nvmlDeviceGetCount(), None
         finally:
             pynvml.nvmlShutdown()
     except Exception:  # noqa: BLE001 - no NVML: fall back to the device files
-        return devices, "dev"
+        return devices, None
+
+
+def describe(exc):
+    return ("%s: %s" % (type(exc).__name__, exc)).strip().rstrip(":")
+
+
+def accelerator_count(plugin, flagperf_path):
+    """(count, error) of accelerator plug-in ``plugin``: FP/monitors/accel/<plugin>.py's count()."""
+    if plugin == "none":
+        return 0, None
+    if not re.match(r"[A-Za-z0-9_]+$", plugin) or plugin.startswith("_"):
+        return 0, "%r is not an accelerator plug-in name" % plugin
+    path = os.path.join(flagperf_path, "monitors", "accel", plugin + ".py") if flagperf_path else None
+    if path is None or not os.path.isfile(path):
+        if plugin == "nvml":
+            return nvml_count()
+        return 0, "no accelerator plug-in %s" % (path or (plugin + " (no --flagperf-path)"))
+    try:
+        import importlib.util
+        if flagperf_path not in sys.path:
+            sys.path.insert(0, flagperf_path)   # plug-ins import monitors.accel._cli
+        spec = importlib.util.spec_from_file_location("flagperf_accel_" + plugin, path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        count, error = module.count()
+    except Exception as exc:  # noqa: BLE001 - a broken plug-in is a reason, not a crashed probe
+        return 0, "plug-in %s failed: %s" % (plugin, describe(exc))
+    if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+        return 0, "plug-in %s counted %r" % (plugin, count)
+    return count, error
+
+
+def torch_plugin_info(module):
+    """Whether ``module`` (the vendor's torch plug-in, e.g. torch_npu) can be found, without importing it."""
+    if not module:
+        return {"module": None, "found": False, "error": None}
+    try:
+        import importlib.util
+        spec = importlib.util.find_spec(module)
+    except Exception as exc:  # noqa: BLE001 - a parent package that fails to import, a bad name
+        return {"module": module, "found": False, "error": describe(exc)}
+    if spec is None:
+        return {"module": module, "found": False, "error": "No module named %r" % module}
+    return {"module": module, "found": True, "error": None}
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--path", action="append", default=[], help="a path whose existence and free space to report")
+    ap.add_argument("--flagperf-path", default=None, help="the flagperf tree (FLAGPERF_PATH) on this host")
+    ap.add_argument("--accel", default="nvml", help="accelerator plug-in that counts the accelerators, or none")
+    ap.add_argument("--torch-plugin", default=None, help="the vendor's torch plug-in module, e.g. torch_npu")
     args = ap.parse_args()
     version, error = torch_info()
-    gpus, source = gpu_count()
+    count, count_error = accelerator_count(args.accel, args.flagperf_path)
     out = {
         "python": list(sys.version_info[:3]),
         "executable": sys.executable,
@@ -80,8 +137,10 @@ def main():
         "paths": dict((p, path_info(p)) for p in args.path),
         "torch": version,
         "torch_error": error,
-        "gpus": gpus,
-        "gpus_from": source,
+        "accelerators": {"source": args.accel, "count": count, "error": count_error},
+        "gpus": count,
+        "gpus_from": args.accel,
+        "torch_plugin": torch_plugin_info(args.torch_plugin),
     }
     print(json.dumps(out))
 

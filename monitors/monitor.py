@@ -44,11 +44,11 @@ except ImportError as _e:  # reported as unavailable cpu/mem sensors, not as a c
 
 
 def fmt(fields):
-    """`key=value ...` of the plain finite numbers in ``fields`` (whatever a plug-in returns): anything else is
-    dropped, so that data files only ever hold plain numbers."""
-    return " ".join(f"{k}={v}" for k, v in fields.items()
-                    if isinstance(k, str) and _KEY.match(k) and isinstance(v, (int, float))
-                    and not isinstance(v, bool) and math.isfinite(v))
+    """`key=value ...` of the plain finite numbers in ``fields`` (whatever a plug-in returns), ``gpu`` first:
+    anything else is dropped, so that data files only ever hold plain numbers."""
+    return " ".join(f"{k}={fields[k]}" for k in sorted(fields, key=lambda k: k != "gpu")
+                    if isinstance(k, str) and _KEY.match(k) and isinstance(fields[k], (int, float))
+                    and not isinstance(fields[k], bool) and math.isfinite(fields[k]))
 
 
 def read_int(path):
@@ -258,8 +258,9 @@ class Monitor:
             except Exception as e:  # one failing sensor must not stop the others
                 self.log.once(f"{name}: read failed: {type(e).__name__}: {e}")
                 continue
-            if rows:
-                f.write("".join(f"{ts} {fmt(r)}\n" for r in ([rows] if isinstance(rows, dict) else rows)))
+            lines = [fmt(r) for r in ([rows] if isinstance(rows, dict) else rows or [])]
+            if any(lines):
+                f.write("".join(f"{ts} {line}\n" for line in lines if line))
                 f.flush()
         self.samples += 1
         self.cost_s += time.perf_counter() - t
@@ -303,7 +304,8 @@ def parse_args(argv):
     p.add_argument("--out-dir", required=True)
     p.add_argument("--interval", type=float, default=1.0, help="seconds between samples (default 1)")
     p.add_argument("--gpu", default="nvml", metavar="PLUGIN",
-                   help="accelerator plug-in of monitors/accel/ (%s) or none (default nvml)" % ", ".join(accel_plugins()))
+                   help=f"accelerator plug-in of monitors/accel/ ({', '.join(accel_plugins())}) or none "
+                        "(default nvml)")
     p.add_argument("--vendor", default="nvidia", help="names the GPU file <vendor>_monitor.log")
     p.add_argument("--run-id")
     p.add_argument("--max-seconds", type=float, help="stop by itself after this many seconds")

@@ -1,7 +1,9 @@
 """Shared helpers for flagperf benchmarks (stdlib + torch only).
 
 See docs/benchmarks.md for the contract: argv, environment, PerfLog lines,
-the FINISHED schema ``flagperf.perflog/1`` and CHECK_FAILED + exit status 3.
+the FINISHED schema ``flagperf.perflog/1`` and CHECK_FAILED + exit status 3. The schema id, the line prefix,
+the exit statuses and the one FINISHED validator come from flagperf_contract, at the root of FLAGPERF_PATH
+(the folder that holds benchmarks/), which this module puts on sys.path.
 
 torch is imported lazily so that a benchmark can emit INIT_START before paying
 for ``import torch``:
@@ -14,6 +16,7 @@ for ``import torch``:
 """
 import argparse
 import datetime
+import importlib
 import inspect
 import json
 import math
@@ -25,10 +28,21 @@ import statistics
 import sys
 import time
 
-SCHEMA = "flagperf.perflog/1"
-PREFIX = "[PerfLog] "
-CHECK_FAILED_EXIT = 3
-CONFIG_ERROR_EXIT = 2
+FLAGPERF_PATH = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+if FLAGPERF_PATH not in sys.path:
+    sys.path.insert(0, FLAGPERF_PATH)
+from flagperf_contract import (CHECK_FAILED_EXIT, CONFIG_ERROR_EXIT, PERFLOG_PREFIX,  # noqa: E402,F401
+                               PERFLOG_SCHEMA, perflog_line, validate_finished)
+
+SCHEMA = PERFLOG_SCHEMA     # the names benchmarks and tests have used
+PREFIX = PERFLOG_PREFIX
+
+# torch device types (FLAGPERF_DEVICE) and torch.distributed backends (FLAGPERF_DIST_BACKEND); each device's
+# own backend is its default, gloo goes with any device. Keep in step with flagperf/vendors.py (TORCH_DEVICES,
+# DIST_BACKENDS, DEVICE_BACKEND; a unit test compares them).
+DEVICE_TYPES = ("cpu", "cuda", "npu", "mlu", "xpu", "musa")
+DIST_BACKENDS = ("nccl", "gloo", "hccl", "cncl", "xccl", "mccl")
+DEVICE_BACKEND = {"cpu": "gloo", "cuda": "nccl", "npu": "hccl", "mlu": "cncl", "xpu": "xccl", "musa": "mccl"}
 
 
 # --------------------------------------------------------------------------- args / config
@@ -161,10 +175,6 @@ def size_sweep(cfg, name):
 
 # --------------------------------------------------------------------------- PerfLog
 
-def _is_number(x):
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
-
-
 def _plain(x):
     """Turn torch/numpy scalars (anything with .item()) into plain Python values, recursively."""
     if isinstance(x, dict):
@@ -185,7 +195,7 @@ class PerfLog:
         self.init_start = None
 
     def _emit(self, record):
-        line = PREFIX + json.dumps(record, allow_nan=False, sort_keys=False)
+        line = perflog_line(record)
         sys.stdout.write(line + "\n")
         sys.stdout.flush()
         return record
@@ -200,47 +210,25 @@ class PerfLog:
 
     def finished(self, *, benchmark=None, metric, value, unit, higher_is_better,
                  metrics=None, checks=None, env=None):
-        """Validate and print the FINISHED line (schema flagperf.perflog/1)."""
+        """Validate (flagperf_contract.validate_finished, the validator the driver uses too) and print the
+        FINISHED line (schema flagperf.perflog/1). ValueError naming every problem of an invalid payload."""
         if self.init_start is None:
             raise RuntimeError("FINISHED before INIT_START: e2e_time is undefined")
-        benchmark = benchmark or self.benchmark
-        value = _plain(value)
-        metrics = _plain(metrics or {})
         checks = _plain(checks if checks is not None else {"passed": True, "details": {}})
-        env = _plain(env or {})
-        errors = []
-        if not isinstance(benchmark, str) or not benchmark:
-            errors.append("benchmark must be a non-empty string")
-        if not isinstance(metric, str) or not metric:
-            errors.append("metric must be a non-empty string")
-        if not _is_number(value):
-            errors.append(f"value must be a finite number, got {value!r}")
-        if not isinstance(unit, str):
-            errors.append("unit must be a string")
-        if not isinstance(higher_is_better, bool):
-            errors.append("higher_is_better must be a bool")
-        if not isinstance(metrics, dict):
-            errors.append("metrics must be an object")
-        else:
-            for name, m in metrics.items():
-                if not (isinstance(m, dict) and _is_number(m.get("value")) and isinstance(m.get("unit"), str)):
-                    errors.append(f"metrics[{name!r}] must be {{'value': finite number, 'unit': str}}, got {m!r}")
-        if not (isinstance(checks, dict) and checks.get("passed") is True and isinstance(checks.get("details", {}), dict)):
-            errors.append("checks must be {'passed': True, 'details': {...}} in a FINISHED line")
-        if not isinstance(env, dict):
-            errors.append("env must be an object")
-        if errors:
-            raise ValueError("invalid FINISHED payload: " + "; ".join(errors))
-        checks.setdefault("details", {})
+        if isinstance(checks, dict):
+            checks.setdefault("details", {})
         now = time.time()
         record = {
             "event": "FINISHED", "time": now, "rank": self.rank,
-            "schema": SCHEMA, "benchmark": benchmark,
-            "metric": metric, "value": value,
+            "schema": PERFLOG_SCHEMA, "benchmark": benchmark or self.benchmark,
+            "metric": metric, "value": _plain(value),
             "unit": unit, "higher_is_better": higher_is_better,
             "e2e_time": now - self.init_start,
-            "metrics": metrics, "checks": checks, "env": env,
+            "metrics": _plain(metrics or {}), "checks": checks, "env": _plain(env or {}),
         }
+        errors = validate_finished(record)
+        if errors:
+            raise ValueError("invalid FINISHED payload: " + "; ".join(errors))
         return self._emit(record)
 
     def check_failed(self, details, exit_code=CHECK_FAILED_EXIT):
@@ -303,13 +291,26 @@ class DistContext:
 
     @property
     def is_cuda(self):
+        """The device is a CUDA GPU (benchmarks that need CUDA itself: events, nvcc kernels, NCCL knobs)."""
         return self.device.type == "cuda"
+
+    @property
+    def is_accelerator(self):
+        """The device is not the CPU (cuda, npu, mlu, xpu, musa)."""
+        return self.device.type != "cpu"
+
+    @property
+    def device_module(self):
+        """torch.<device type> (torch.cuda, torch.npu, ...); None on the CPU."""
+        if not self.is_accelerator:
+            return None
+        import torch
+        return getattr(torch, self.device.type)
 
     def sync(self):
         """Wait for queued device work (no-op on CPU)."""
-        if self.is_cuda:
-            import torch
-            torch.cuda.synchronize(self.device)
+        if self.is_accelerator:
+            self.device_module.synchronize(self.device)
 
     def barrier(self):
         """A real barrier across ranks; device work is finished first."""
@@ -333,8 +334,9 @@ class DistContext:
         return t.tolist()
 
     def _comm_device(self):
+        """Where collective tensors live: gloo takes CPU tensors, a device's own backend its device's."""
         import torch
-        return self.device if self.backend == "nccl" else torch.device("cpu")
+        return torch.device("cpu") if self.backend == "gloo" else self.device
 
     def destroy(self):
         if self.initialized:
@@ -361,34 +363,73 @@ def skip_below_ranks(log, minimum, reason):
     return world_size
 
 
-def setup_distributed(cfg=None):
-    """Read RANK/WORLD_SIZE/LOCAL_RANK/FLAGPERF_DEVICE/FLAGPERF_DIST_BACKEND, pick the device and
-    init the process group (only when WORLD_SIZE > 1; rendezvous via MASTER_ADDR/MASTER_PORT)."""
-    import torch
-    import torch.distributed as dist
+def pick_device_backend(env=None):
+    """(device type, backend) from FLAGPERF_DEVICE (default cpu) and FLAGPERF_DIST_BACKEND (default: the
+    device's own backend: cpu gloo, cuda nccl, npu hccl, mlu cncl, xpu xccl, musa mccl) in ``env``
+    (os.environ by default). A backend goes with its own device or is gloo. ValueError says what is wrong."""
+    env = os.environ if env is None else env
+    device = env.get("FLAGPERF_DEVICE", "cpu").strip().lower()
+    if device not in DEVICE_TYPES:
+        raise ValueError(f"FLAGPERF_DEVICE must be one of {', '.join(DEVICE_TYPES)}, got {device!r}")
+    backend = env.get("FLAGPERF_DIST_BACKEND", DEVICE_BACKEND[device]).strip().lower()
+    if backend not in DIST_BACKENDS:
+        raise ValueError(f"FLAGPERF_DIST_BACKEND must be one of {', '.join(DIST_BACKENDS)}, got {backend!r}")
+    if backend not in ("gloo", DEVICE_BACKEND[device]):
+        owner = next(d for d, b in DEVICE_BACKEND.items() if b == backend)
+        use = "gloo" if device == "cpu" else f"{DEVICE_BACKEND[device]} or gloo"
+        raise ValueError(f"the {backend} backend needs FLAGPERF_DEVICE={owner}, got {device} (use {use})")
+    return device, backend
 
+
+def import_torch_plugin(env=None):
+    """Import the vendor's torch plug-in named by FLAGPERF_TORCH_PLUGIN (torch_npu, torch_mlu, ...; unset or
+    empty: none) after torch, so that torch.<device> and its backend exist. -> the module name or None;
+    a config error naming the module when it cannot be imported."""
+    env = os.environ if env is None else env
+    name = env.get("FLAGPERF_TORCH_PLUGIN", "").strip()
+    if not name:
+        return None
+    try:
+        importlib.import_module(name)
+    except Exception as e:  # ImportError, or whatever the plug-in raises while loading its runtime
+        config_error(f"FLAGPERF_TORCH_PLUGIN={name}: cannot import {name}: {type(e).__name__}: {e}")
+    return name
+
+
+def setup_distributed(cfg=None):
+    """Read RANK/WORLD_SIZE/LOCAL_RANK/FLAGPERF_DEVICE/FLAGPERF_DIST_BACKEND/FLAGPERF_TORCH_PLUGIN, import the
+    torch plug-in, pick the device and init the process group (only when WORLD_SIZE > 1; rendezvous via
+    MASTER_ADDR/MASTER_PORT). Device calls go through torch.<device type>, so any device in DEVICE_TYPES
+    whose module (built in, or added by the plug-in) has is_available/device_count/set_device works."""
+    try:
+        device_type, backend = pick_device_backend()
+    except ValueError as e:
+        config_error(str(e))
     cfg = cfg or {}
     rank, world_size = env_int("RANK", 0), env_int("WORLD_SIZE", 1)
     local_rank = env_int("LOCAL_RANK", 0)
-    device_type = os.environ.get("FLAGPERF_DEVICE", "cpu").strip().lower()
-    if device_type not in ("cpu", "cuda"):
-        config_error(f"FLAGPERF_DEVICE must be cpu or cuda, got {device_type!r}")
-    backend = os.environ.get("FLAGPERF_DIST_BACKEND", "nccl" if device_type == "cuda" else "gloo").strip().lower()
-    if backend not in ("gloo", "nccl"):
-        config_error(f"FLAGPERF_DIST_BACKEND must be gloo or nccl, got {backend!r}")
-    if backend == "nccl" and device_type != "cuda":
-        config_error("the nccl backend needs FLAGPERF_DEVICE=cuda")
     if not 0 <= rank < world_size:
         config_error(f"RANK={rank} outside WORLD_SIZE={world_size}")
 
-    if device_type == "cuda":
-        if not torch.cuda.is_available():
-            config_error("FLAGPERF_DEVICE=cuda but torch.cuda.is_available() is False")
-        if local_rank >= torch.cuda.device_count():
-            config_error(f"LOCAL_RANK={local_rank} but only {torch.cuda.device_count()} visible CUDA devices")
-        os.environ.setdefault("NCCL_NVLS_ENABLE", "0")  # NVLink multicast stays off
-        torch.cuda.set_device(local_rank)
-        device = torch.device("cuda", local_rank)
+    import torch
+    import torch.distributed as dist
+
+    plugin = import_torch_plugin()
+    if device_type != "cpu":
+        mod = getattr(torch, device_type, None)
+        if mod is None or not hasattr(mod, "set_device"):
+            config_error(f"FLAGPERF_DEVICE={device_type} but torch has no torch.{device_type} "
+                         + (f"after importing {plugin}" if plugin else "(set FLAGPERF_TORCH_PLUGIN to the vendor's "
+                                                                       "torch plug-in)"))
+        if not mod.is_available():
+            config_error(f"FLAGPERF_DEVICE={device_type} but torch.{device_type}.is_available() is False")
+        count = mod.device_count()
+        if local_rank >= count:
+            config_error(f"LOCAL_RANK={local_rank} but only {count} visible {device_type} devices")
+        if device_type == "cuda":
+            os.environ.setdefault("NCCL_NVLS_ENABLE", "0")  # NVLink multicast stays off
+        mod.set_device(local_rank)
+        device = torch.device(device_type, local_rank)
     else:
         device = torch.device("cpu")
 
@@ -421,7 +462,8 @@ def _destroy_quietly():
 
 def time_fn(fn, ctx, *, warmup=3, iters=10, repeats=5, before_repeat=None):
     """Time ``fn()`` on ctx.device: ``warmup`` untimed calls, then ``repeats`` samples of ``iters``
-    back-to-back calls each. CUDA: torch.cuda.Event pairs; CPU: time.perf_counter.
+    back-to-back calls each. CUDA: torch.cuda.Event pairs; other devices and the CPU: time.perf_counter
+    between device synchronisations.
     ``before_repeat`` (e.g. ctx.barrier) is called before every sample, outside the timed region.
     Returns seconds per call: {"median", "min", "max", "samples"}."""
     import torch
@@ -443,9 +485,11 @@ def time_fn(fn, ctx, *, warmup=3, iters=10, repeats=5, before_repeat=None):
             end.synchronize()
             samples.append(start.elapsed_time(end) / 1e3 / iters)
         else:
+            ctx.sync()
             t0 = time.perf_counter()
             for _ in range(iters):
                 fn()
+            ctx.sync()
             samples.append((time.perf_counter() - t0) / iters)
     return {"median": statistics.median(samples), "min": min(samples), "max": max(samples),
             "samples": samples}
@@ -538,6 +582,12 @@ def env_info(ctx, **extra):
         except Exception:
             pass
         env["nccl_nvls_enable"] = os.environ.get("NCCL_NVLS_ENABLE")
+    elif ctx.is_accelerator:
+        try:
+            env["device_name"] = ctx.device_module.get_device_name(ctx.device)
+        except Exception:
+            pass
+        env["torch_plugin"] = os.environ.get("FLAGPERF_TORCH_PLUGIN") or None
     else:
         env["device_name"] = _cpu_model()
         env["cpu_threads"] = torch.get_num_threads()

@@ -28,10 +28,13 @@ PROBE_TIMEOUT_S = 60.0
 class HostListBackend(Backend):
     name = "ssh"
 
+    @property
+    def node_output(self) -> str:  # type: ignore[override]
+        return self.runtime.node_output
+
     def __init__(self, config, log, *, accept_new_host_keys: bool = False):
         super().__init__(config, log, accept_new_host_keys=accept_new_host_keys)
         self.runtime = get_runtime(config.test.runtime, config)
-        self.node_output = self.runtime.node_output
         self.transports: dict = {}
 
     # -- hosts ----------------------------------------------------------------------------------------------
@@ -141,7 +144,8 @@ class HostListBackend(Backend):
     def clean(self, hosts, run_id=None) -> dict:
         connected = {h.address: self.transports[h.address] for h in unique_hosts(hosts)
                      if h.address in self.transports}
-        return self.runtime.clean(connected, run_id)
+        # Containers are what runs leave behind; they are looked for whatever RUNTIME the config has now.
+        return get_runtime("docker", self.config).clean(connected, run_id)
 
     def describe(self, node) -> list:
         lines = []

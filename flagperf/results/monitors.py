@@ -129,7 +129,7 @@ def summarize_monitors(node_dir) -> dict:
             devices.append({"index": idx, "samples": len(s), **_stats(s, "temp_c", "max"),
                             **_stats(s, "power_w", "max", "mean"), **_stats(s, "mem_used_mib", "max"),
                             **_stats(s, "mem_total_mib", "max"), **_stats(s, "util_pct", "mean", "max")})
-        result["gpu"] = {"vendor": gpu_file[:-len("_monitor.log")], "devices": devices}
+        result["gpu"] = {"vendor": str(gpu_file)[:-len("_monitor.log")], "devices": devices}
 
     unavailable = {name: st.reason or "" for name, st in sensors.items() if not st.available}
     if unavailable:

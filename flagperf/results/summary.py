@@ -7,6 +7,7 @@ docs/results.md describes every field.
 from __future__ import annotations
 
 import json
+import math
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +20,69 @@ SUMMARY_SCHEMA = "flagperf.summary/1"
 
 class SummaryError(ValueError):
     """summary.json is missing or does not follow its schema; the message names the file."""
+
+
+_NUM = (int, float)
+_OPT_NUM = (int, float, type(None))
+_OPT_STR = (str, type(None))
+_OPT_DICT = (dict, type(None))
+# The types summary.json must have where reporters read it: {path: types}; "*" is every item of a list.
+_TYPES = {
+    "run_id": str, "run_dir": str, "started": str, "finished": _OPT_STR, "duration_s": _OPT_NUM,
+    "vendor": str, "runtime": str, "hosts": list, "host_checks": list, "cases": list,
+    "hosts.*": str, "host_checks.*": dict,
+    "cases.*": dict, "cases.*.name": str, "cases.*.key": str, "cases.*.nnodes": int, "cases.*.nproc": int,
+    "cases.*.repeat": int, "cases.*.data_dir": _OPT_STR, "cases.*.rounds": list,
+    "cases.*.rounds.*": dict, "cases.*.rounds.*.round": int, "cases.*.rounds.*.dir": str,
+    "cases.*.rounds.*.status": str, "cases.*.rounds.*.duration_s": _OPT_NUM, "cases.*.rounds.*.value": _OPT_NUM,
+    "cases.*.rounds.*.e2e_time": _OPT_NUM, "cases.*.rounds.*.failure": _OPT_DICT,
+    "cases.*.rounds.*.finished": _OPT_DICT, "cases.*.rounds.*.metrics": _OPT_DICT,
+    "cases.*.rounds.*.env": _OPT_DICT, "cases.*.rounds.*.nodes": list,
+    "cases.*.rounds.*.failure.last_lines": list, "cases.*.rounds.*.failure.reason": str,
+    "cases.*.rounds.*.nodes.*": dict, "cases.*.rounds.*.nodes.*.node": str,
+    "cases.*.rounds.*.nodes.*.ranks": list, "cases.*.rounds.*.nodes.*.monitors": _OPT_DICT,
+}
+
+
+def _type_problems(data) -> list:
+    """Where summary.json has a value of the wrong type, as 'cases[0].rounds[1].duration_s: expected ...'."""
+    problems: list = []
+
+    def check(value, types, where):
+        types = types if isinstance(types, tuple) else (types,)
+        if (isinstance(value, bool) and bool not in types) or not isinstance(value, types):
+            problems.append(f"{where}: expected {' or '.join(t.__name__ for t in types)}, got {value!r:.60}")
+            return False
+        return True
+
+    def visit(value, pattern: str, where: str):
+        prefix = pattern + "." if pattern else ""
+        for key, types in _TYPES.items():
+            name = key[len(prefix):] if key.startswith(prefix) else "."
+            if "." in name:
+                continue
+            if name == "*":
+                for i, item in enumerate(value if isinstance(value, list) else []):
+                    if check(item, types, f"{where}[{i}]"):
+                        visit(item, prefix + "*", f"{where}[{i}]")
+            elif isinstance(value, dict) and name in value:
+                w = f"{where}.{name}" if where else name
+                if check(value[name], types, w):
+                    visit(value[name], prefix + name, w)
+
+    visit(data, "", "")
+    return problems
+
+
+def _finite(x):
+    """JSON-safe copy: non-finite floats become null (summary.json is strict JSON)."""
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    if isinstance(x, dict):
+        return {k: _finite(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_finite(v) for v in x]
+    return x
 
 
 def stats(values) -> dict | None:
@@ -190,6 +254,10 @@ class Summary:
         if not isinstance(d, dict) or d.get("schema") != SUMMARY_SCHEMA:
             got = d.get("schema") if isinstance(d, dict) else type(d).__name__
             raise SummaryError(f"expected schema {SUMMARY_SCHEMA!r}, got {got!r}")
+        problems = _type_problems(d)
+        if problems:
+            more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+            raise SummaryError(f"does not follow {SUMMARY_SCHEMA}: {problems[0]}{more}")
         try:
             return cls(d["run_id"], d.get("run_dir", ""), d.get("flagperf_version", ""), d.get("started", ""),
                        d.get("finished"), d.get("duration_s") or 0.0,
@@ -200,7 +268,7 @@ class Summary:
             raise SummaryError(f"does not follow {SUMMARY_SCHEMA}: {type(exc).__name__}: {exc}") from None
 
     def save(self, path) -> None:
-        write_json_atomic(path, self.to_dict(), indent=2)
+        write_json_atomic(path, _finite(self.to_dict()), indent=2)
 
     @classmethod
     def load(cls, path) -> "Summary":

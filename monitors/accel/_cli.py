@@ -42,7 +42,7 @@ def run_tool(argv, extra_dirs=(), timeout=TIMEOUT_S):
     exe = find_tool(argv[0], extra_dirs)
     if exe is None:
         return None, "%s not found (looked on PATH%s)" % (
-            argv[0], "".join(", in " + d for d in extra_dirs))
+            argv[0], " and in " + ", ".join(extra_dirs) if extra_dirs else "")
     try:
         proc = subprocess.run([exe] + list(argv[1:]), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, timeout=timeout,

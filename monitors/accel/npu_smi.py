@@ -90,7 +90,7 @@ def _parse(text):
         if any("Process id" in c or "Process name" in c for c in cells):
             break                       # the process table follows the devices
         if "Health" in cells or "Bus-Id" in cells:
-            header = True
+            header = header or "Health" in cells       # the NPU header row; Bus-Id is on the chip header row
             continue
         if not header or len(cells) < 3:
             continue

@@ -148,3 +148,20 @@ def test_clean_removes_leftovers_by_label(tmp_path, docker_clean):
         assert leftover.name not in names and other.name in names
     finally:
         other.remove(force=True)
+
+
+def test_docker_api_error_fails_the_case_and_the_run_goes_on(tmp_path, docker_clean):
+    """An API error while creating a container (an unknown runtime) fails that round as 'error', with the
+    daemon's message; the next case still runs, and the run ends with exit 1, not as an internal error."""
+    env = docker_clean
+    conf = _docker_conf(tmp_path, env, {"gemm:pytorch:api1:1:1:1": "null", "gemm:pytorch:api2:1:1:1": "null"},
+                        ACCE_CONTAINER_OPT='"--runtime=flagperf-no-such-runtime"')
+    code, out, err = run_cli(["run", "--config", conf], timeout=600)
+    assert code == 1, out + err
+    assert "Traceback" not in out + err and "internal error" not in out + err
+    run = only_run_dir(tmp_path / "result")
+    summary = json.loads((run / "summary.json").read_text())
+    rounds = [c["rounds"][0] for c in summary["cases"]]
+    assert [r["status"] for r in rounds] == ["error", "error"], rounds
+    assert all("flagperf-no-such-runtime" in r["failure"]["reason"] for r in rounds), rounds
+    assert _ours(env.client, run.name) == []

@@ -9,12 +9,15 @@ import json
 import os
 import shutil
 import site
+import socket
 import subprocess
 import sys
 import sysconfig
+import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 TOP_LEVEL_SKIP = {".venv", ".git", "result", "build", "dist", ".pytest_cache", ".benchmarks", ".ruff_cache",
@@ -78,6 +81,22 @@ def run(argv, timeout, **kw):
         raise AssertionError(f"{argv} did not finish in {timeout} s\n{exc.stdout}\n{exc.stderr}") from None
 
 
+def wait_until_port_is_free(port: int, timeout: float = 180.0):
+    """The embedded default rendezvouses on a fixed MASTER_PORT; another run on this machine may hold it."""
+    deadline = time.monotonic() + timeout
+    while True:
+        with socket.socket() as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                s.bind(("127.0.0.1", port))
+                return
+            except OSError:
+                pass
+        if time.monotonic() > deadline:
+            raise AssertionError(f"port {port} (MASTER_PORT of configs/cluster.yaml) stayed in use for {timeout} s")
+        time.sleep(1)
+
+
 def tree_files(root: Path) -> set:
     return {p.relative_to(root) for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts}
 
@@ -135,6 +154,8 @@ def test_installed_flagperf_lists_and_runs_from_any_directory(installed, tmp_pat
         assert f" {name} " in p.stdout, f"{name} missing from flagperf list:\n{p.stdout}"
 
     before = tree_files(installed["package"])
+    cluster = yaml.safe_load((installed["tree"] / "configs" / "cluster.yaml").read_text())
+    wait_until_port_is_free(int(cluster.get("MASTER_PORT", 29501)))
     p = run([flagperf, "run"], timeout=420, cwd=work, env=clean_env())
     assert p.returncode == 0, p.stdout + p.stderr
     assert "Traceback" not in p.stdout + p.stderr

@@ -239,3 +239,19 @@ def test_ssh_config_supplies_hostname_port_user_and_key(tmp_path, ssh_bed):
     run = only_run_dir(tmp_path / "result")
     spec = json.loads(next(run.glob("*/round1/node-a_noderank0/launch.json")).read_text())
     assert spec["env"]["MASTER_ADDR"] == ssh_bed.addresses[0]        # HostName, not the alias
+
+
+def test_deploy_failure_is_named_as_such_and_no_case_runs(tmp_path, ssh_bed):
+    """A host whose FLAGPERF_PATH cannot be written fails as deploy_failed with the host's own error (not as
+    deploy_path_missing with "run flagperf deploy"); every case is listed as not_run, never as interrupted."""
+    _cluster(ssh_bed, tmp_path, per_host={1: {"FLAGPERF_PATH": "/proc/flagperf-cannot-write-here"}})
+    conf = write_conf(tmp_path, {"gemm:pytorch:ssh:2:1:1": "null"}, CLUSTER="cluster.yaml")
+    code, out, err = run_cli(["run", "--config", conf], timeout=120)
+    assert code == 3, out + err
+    assert f"host {ssh_bed.addresses[1]}: deploy_failed" in out, out
+    assert "deploy_path_missing" not in out and "Traceback" not in out + err
+    summary = json.loads((only_run_dir(tmp_path / "result") / "summary.json").read_text())
+    assert summary["status"] == "failed"
+    assert [h["outcome"] for h in summary["host_checks"]] == ["deploy_failed"]
+    assert [c["status"] for c in summary["cases"]] == ["not_run"]
+    assert "failed their check" in summary["cases"][0]["rounds"][0]["failure"]["reason"]

@@ -1,5 +1,6 @@
 """Host monitor (monitors/monitor.py) and its parser (flagperf/results/monitors.py)."""
 import importlib.util
+import json
 import os
 import re
 import signal
@@ -16,12 +17,14 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 from flagperf.results.monitors import (parse_monitor_line, read_monitor_file, read_status,  # noqa: E402
                                        summarize_monitors)
+from flagperf_contract import MonitorStatus, SensorStatus  # noqa: E402
 
 MONITOR = ROOT / "monitors" / "monitor.py"
 _spec = importlib.util.spec_from_file_location("flagperf_host_monitor", MONITOR)
 monitor = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(monitor)
 
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "accel"
 TS_MS = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}[+-]\d\d:\d\d$")
 ERROR_WORDS = re.compile(r"error|traceback|exception|not found|unavailable", re.I)
 
@@ -99,11 +102,11 @@ def test_summarize(tmp_path):
         "2026-11-22T10:00:00.000+00:00 gpu=0 temp_c=40 power_w=100.0 mem_used_mib=10.0 util_pct=50\n"
         "2026-11-22T10:00:00.000+00:00 gpu=1 temp_c=41 mem_used_mib=20.0 util_pct=0\n"
         "2026-11-22T10:00:01.000+00:00 gpu=0 temp_c=44 power_w=200.0 mem_used_mib=30.0 util_pct=100\n")
-    monitor.write_json_atomic(str(tmp_path / "monitor_status.json"), {
-        "schema": "flagperf.monitor-status/1", "sensors": {
-            "cpu": {"available": True, "file": "cpu_monitor.log"},
-            "pwr": {"available": False, "reason": "no RAPL"},
-            "gpu": {"available": True, "file": "nvidia_monitor.log", "vendor": "nvidia"}}})
+    monitor.write_json_atomic(str(tmp_path / "monitor_status.json"), MonitorStatus(
+        pid=1, interval_s=1.0, started="2026-11-22T10:00:00.000+00:00", sensors={
+            "cpu": SensorStatus(True, source="psutil", file="cpu_monitor.log"),
+            "pwr": SensorStatus(False, reason="no RAPL"),
+            "gpu": SensorStatus(True, source="nvml", file="nvidia_monitor.log", extra={"vendor": "nvidia"})}).to_dict())
     s = summarize_monitors(tmp_path)
     assert s["cpu"] == {"samples": 2, "util_pct_mean": 20.0, "util_pct_max": 30.0, "load1_max": 2.5}
     assert "mem" not in s and "pwr" not in s
@@ -112,7 +115,7 @@ def test_summarize(tmp_path):
     assert s["gpu"]["vendor"] == "nvidia"
     assert (g0["temp_c_max"], g0["power_w_max"], g0["mem_used_mib_max"], g0["util_pct_mean"]) == (44, 200.0, 30.0, 75)
     assert g1["index"] == 1 and "power_w_max" not in g1
-    assert read_status(tmp_path / "nowhere") is None
+    assert read_status(tmp_path / "nowhere")[0] is None
     assert summarize_monitors(tmp_path / "nowhere") == {}
 
 
@@ -161,10 +164,11 @@ def test_monitor_writes_rapl_power_from_env_root(tmp_path):
     env = dict(os.environ, FLAGPERF_SYSFS_ROOT=str(tmp_path / "sys"))
     p = start_monitor(tmp_path / "out", "--interval", "0.1", "--gpu", "none", "--max-seconds", "0.5", env=env)
     assert p.wait(5) == 0
-    st = read_status(tmp_path / "out")
-    assert st["sensors"]["pwr"] == {"available": True, "source": "rapl", "zones": ["package-0"],
-                                    "file": "pwr_monitor.log"}
-    assert st["stop_reason"] == "max-seconds reached"
+    st, problem = read_status(tmp_path / "out")
+    assert problem is None
+    assert st.sensors["pwr"].to_dict() == {"available": True, "source": "rapl", "zones": ["package-0"],
+                                           "file": "pwr_monitor.log"}
+    assert st.stop_reason == "max-seconds reached"
     lines = read_monitor_file(tmp_path / "out" / "pwr_monitor.log", strict=True)
     assert lines and all(v == {"power_w": 0.0} for _, v in lines)
 
@@ -200,8 +204,9 @@ def test_nvml_gpu_lines_omit_unsupported_fields(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml())
     log = monitor.Log(str(tmp_path / "monitor.log"))
     files, status = monitor.setup_sensors("nvml", "nvidia", log, root=str(tmp_path))
-    assert status["gpu"]["count"] == 2 and status["gpu"]["devices"][0] == {"index": 0, "name": "Fake GPU",
-                                                                           "uuid": "GPU-0"}
+    gpu = status["gpu"].to_dict()
+    assert (gpu["available"], gpu["source"], gpu["plugin"], gpu["vendor"]) == (True, "nvml", "nvml", "nvidia")
+    assert gpu["count"] == 2 and gpu["devices"][0] == {"index": 0, "name": "Fake GPU", "uuid": "GPU-0"}
     assert files["gpu"][1] == "nvidia_monitor.log"
     mon = monitor.Monitor(str(tmp_path), {"gpu": files["gpu"]}, log)
     mon.tick()
@@ -246,18 +251,21 @@ def test_monitor_process_sigterm(tmp_path):
     assert rc == 0 and took < 0.5, (rc, took, p.stderr.read())
     assert p.stdout.read() == b"" and p.stderr.read() == b""
 
-    st = read_status(out)
-    assert st["schema"] == "flagperf.monitor-status/1" and st["run_id"] == "r42" and st["pid"] == p.pid
-    assert st["interval_s"] == 0.2 and TS_MS.match(st["started"])
-    sensors = st["sensors"]
-    assert sensors["cpu"]["available"] and sensors["mem"]["available"]
+    assert json.loads((out / "monitor_status.json").read_text())["schema"] == "flagperf.monitor-status/1"
+    st, problem = read_status(out)
+    assert problem is None and st.run_id == "r42" and st.pid == p.pid
+    assert st.interval_s == 0.2 and TS_MS.match(st.started)
+    sensors = st.sensors
+    assert list(sensors) == ["cpu", "mem", "pwr", "gpu"]
+    assert sensors["cpu"].available and sensors["mem"].available
     expected = {"pwr": host_power_expected(), "gpu": nvml_usable()}  # both False on the dev box
     for name, avail in expected.items():
         if avail:
-            assert sensors[name]["available"] is True, sensors[name]
+            assert sensors[name].available is True, sensors[name]
         else:
-            assert sensors[name]["available"] is False and sensors[name]["reason"], sensors[name]
-    assert st["stop_reason"] == "signal SIGTERM" and st["samples"] >= 5
+            assert sensors[name].available is False and sensors[name].reason, sensors[name]
+    assert sensors["gpu"].extra["vendor"] == "nvidia" and sensors["gpu"].extra.get("plugin") == "nvml"
+    assert st.stop_reason == "signal SIGTERM" and st.samples >= 5
 
     data = sorted(out.glob("*_monitor.log"))
     assert [f.name for f in data] == sorted(["cpu_monitor.log", "mem_monitor.log"]
@@ -294,9 +302,79 @@ def test_monitor_exits_when_parent_dies(tmp_path):
     pid = int(r.stdout)
     assert wait_for(lambda: pid_gone(pid), timeout=3), "monitor outlived its parent"
     assert "stopped (parent exited)" in (out / "monitor.log").read_text()
-    assert read_status(out)["stop_reason"] == "parent exited"
+    assert read_status(out)[0].stop_reason == "parent exited"
 
 
 def test_monitor_never_imports_flagperf():
-    src = MONITOR.read_text()
-    assert not re.search(r"^\s*(import|from)\s+flagperf", src, re.M)
+    """The monitor and its plug-ins run on the hosts: flagperf_contract yes, the flagperf package never."""
+    for path in [MONITOR, *sorted((ROOT / "monitors" / "accel").glob("*.py"))]:
+        src = path.read_text()
+        assert not re.search(r"^\s*(import|from)\s+flagperf\b", src, re.M), path
+    assert re.search(r"^from flagperf_contract import", MONITOR.read_text(), re.M)
+
+
+# ---------------------------------------------------------------- accelerator plug-ins in the monitor
+
+def test_gpu_takes_any_plugin_of_monitors_accel(tmp_path):
+    assert monitor.accel_plugins() == ["cnmon", "npu_smi", "nvml"]
+    r = subprocess.run([sys.executable, str(MONITOR), "--out-dir", str(tmp_path / "o"), "--gpu", "dcgm"],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert "--gpu 'dcgm': expected none or an accelerator plug-in of" in r.stderr
+    assert "(cnmon, npu_smi, nvml)" in r.stderr and not (tmp_path / "o").exists()
+    r = subprocess.run([sys.executable, str(MONITOR), "--out-dir", str(tmp_path / "o"), "--gpu", "npu_smi",
+                        "--vendor", "cpu"], capture_output=True, text=True, timeout=30)
+    assert r.returncode == 2 and "--vendor 'cpu' cannot name a GPU file" in r.stderr
+
+
+def test_fmt_keeps_plain_numbers_only():
+    assert monitor.fmt({"temp_c": 40, "gpu": 3, "power_w": float("nan"), "util_pct": "87%", "ok": True,
+                        "Bad": 1, "mem_used_mib": 1.5, "power2_w": float("inf")}) == "gpu=3 temp_c=40 mem_used_mib=1.5"
+
+
+def test_a_failing_plugin_is_an_unavailable_sensor(tmp_path, monkeypatch):
+    log = monitor.Log(str(tmp_path / "monitor.log"))
+    _, status = monitor.setup_sensors("nvml_v2", "acme", log, root=str(tmp_path))
+    assert status["gpu"].available is False and "no accelerator plug-in 'nvml_v2'" in status["gpu"].reason
+
+    def broken_open(log):
+        raise OSError("device handle lost")
+
+    monkeypatch.setattr(monitor, "load_plugin", lambda name: (types.SimpleNamespace(open=broken_open), None))
+    files, status = monitor.setup_sensors("cnmon", "cambricon", log, root=str(tmp_path))
+    assert "gpu" not in files and status["gpu"].to_dict() == {
+        "available": False, "reason": "plug-in cnmon failed to open: OSError: device handle lost",
+        "plugin": "cnmon", "vendor": "cambricon"}
+
+
+def test_monitor_samples_npus_through_npu_smi(tmp_path):
+    """The real monitor process with --gpu npu_smi and a stand-in npu-smi that prints a recorded 910B output,
+    then fails: the data file holds the NPU lines only, the failure goes to monitor.log."""
+    bin_dir, calls = tmp_path / "bin", tmp_path / "calls"
+    bin_dir.mkdir()
+    tool = bin_dir / "npu-smi"
+    tool.write_text(f"#!/bin/sh\necho x >> '{calls}'\n"
+                    f"[ $(wc -l < '{calls}') -le 4 ] && exec cat '{FIXTURES / 'npu_smi_910b.txt'}'\n"
+                    "echo 'dcmi module initialize failed. ret is -8020' >&2; exit 1\n")
+    tool.chmod(0o755)
+    env = dict(os.environ, PATH=f"{bin_dir}:/bin:/usr/bin")
+    out = tmp_path / "node0"
+    p = start_monitor(out, "--interval", "0.2", "--gpu", "npu_smi", "--vendor", "ascend", "--max-seconds", "3",
+                      env=env)
+    assert p.wait(10) == 0, p.stderr.read()
+    st, problem = read_status(out)
+    gpu = st.sensors["gpu"]
+    assert problem is None and (gpu.available, gpu.source, gpu.file) == (True, "npu-smi", "ascend_monitor.log")
+    assert gpu.extra["count"] == 8 and gpu.extra["plugin"] == "npu_smi" and gpu.extra["vendor"] == "ascend"
+    assert gpu.extra["devices"][0] == {"index": 0, "name": "910B3", "health": "OK", "bus_id": "0000:C1:00.0"}
+    text = (out / "ascend_monitor.log").read_text()
+    assert not ERROR_WORDS.search(text)
+    lines = read_monitor_file(out / "ascend_monitor.log", strict=True)
+    assert len(lines) == 3 * 8                      # open() ran the tool once, then three samples
+    assert [v["gpu"] for _, v in lines[:8]] == list(range(8))
+    assert lines[0][1] == {"gpu": 0, "temp_c": 56, "power_w": 358.2, "mem_used_mib": 58321.0,
+                           "mem_total_mib": 65536.0, "util_pct": 99}
+    log = (out / "monitor.log").read_text()
+    assert log.count("npu-smi: npu-smi info exited with status 1: dcmi module initialize failed") == 1
+    s = summarize_monitors(out)
+    assert s["gpu"]["vendor"] == "ascend" and len(s["gpu"]["devices"]) == 8

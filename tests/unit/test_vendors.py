@@ -1,4 +1,11 @@
-"""Vendor profiles (flagperf/vendors.py) and ACCE_CONTAINER_OPT translation (flagperf/container_opts.py)."""
+"""Vendor profiles (flagperf/vendors.py), their fitness for a probed host (usable_on_host), the harness's
+device/backend choice (benchmarks/common/harness.py), and ACCE_CONTAINER_OPT translation
+(flagperf/container_opts.py)."""
+import importlib.util
+import json
+import subprocess
+import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -7,7 +14,8 @@ from docker.types import DeviceRequest, Ulimit
 
 from flagperf.config import SOURCE_ROOT, load_config
 from flagperf.container_opts import merge, translate_container_opt
-from flagperf.vendors import ContainerSpec, load_vendor, vendor_names
+from flagperf.vendors import (DEVICE_BACKEND, DIST_BACKENDS, TORCH_DEVICES, ContainerSpec, accel_plugins,
+                              load_vendor, usable_on_host, vendor_names)
 
 UNTESTED = ("ascend", "cambricon", "dcu", "iluvatar", "kunlunxin", "metax", "mthreads")
 NVIDIA_OPT = ("--gpus all --ipc=host --ulimit memlock=-1 --ulimit stack=67108864 --shm-size 32G "
@@ -32,6 +40,9 @@ def test_every_shipped_profile_loads(name):
     assert profile.name == name and profile.frameworks == ("pytorch",)
     assert profile.tested is (name in ("nvidia", "cpu"))
     assert profile.device in ("cpu", "cuda") or not profile.tested
+    assert profile.gpu_monitor in accel_plugins(SOURCE_ROOT) + ["none"]
+    assert (profile.torch_device or profile.device) in TORCH_DEVICES + ("other",)
+    assert profile.dist_backend in (DEVICE_BACKEND.get(profile.torch_device), "gloo") or profile.torch_device is None
     sdk_accepts(profile.container.docker_kwargs("32G", expand=lambda pattern: []))
 
 
@@ -61,11 +72,16 @@ def test_cpu_docker_kwargs():
 
 
 def test_untested_profiles_say_so():
+    monitors = {"ascend": "npu_smi", "cambricon": "cnmon"}
+    plugins = {"ascend": "torch_npu", "cambricon": "torch_mlu", "mthreads": "torch_musa"}
     for name in UNTESTED:
         profile = shipped(name)
-        assert profile.tested is False and profile.gpu_monitor == "none" and profile.description
+        assert profile.tested is False and profile.description
+        assert profile.gpu_monitor == monitors.get(name, "none") and profile.torch_plugin == plugins.get(name)
     assert shipped("ascend").torch_device == "npu" and shipped("ascend").dist_backend == "hccl"
+    assert shipped("cambricon").torch_device == "mlu" and shipped("mthreads").torch_device == "musa"
     assert shipped("kunlunxin").torch_device is None          # not known for sure: left out
+    assert shipped("nvidia").torch_plugin is None and shipped("cpu").torch_plugin is None
 
 
 def test_device_globs_expand_on_the_host():
@@ -115,8 +131,14 @@ SCHEMA_ERRORS = [
     pytest.param("container:\n  runtime: 'a b'\n", "container.runtime", ["docker runtime name"], id="runtime"),
     pytest.param("container: [gpus]\n", "container", ["expected a mapping, got list"], id="container-list"),
     pytest.param("tested: maybe\n", "tested", ["expected true or false"], id="tested-string"),
-    pytest.param("gpu_monitor: dcgm\n", "gpu_monitor", ["expected one of nvml, none", "'dcgm'"],
-                 id="gpu-monitor"),
+    pytest.param("gpu_monitor: dcgm\n", "gpu_monitor", ["expected one of none (the plug-ins in",
+                                                         "monitors/accel, or none), got 'dcgm'"], id="gpu-monitor"),
+    pytest.param("torch_device: tpu\n", "torch_device",
+                 ["expected one of cpu, cuda, npu, mlu, xpu, musa, got 'tpu'"], id="torch-device-unknown"),
+    pytest.param("torch_plugin: torch-npu\n", "torch_plugin", ["expected a Python module name", "'torch-npu'"],
+                 id="torch-plugin-name"),
+    pytest.param("torch_plugin: [torch_npu]\n", "torch_plugin", ["expected a string or null, got list"],
+                 id="torch-plugin-list"),
     pytest.param("peaks: peaks.yaml\n", "peaks", ["peak table YAML", "does not exist"], id="peaks-missing"),
     pytest.param("torch_device: npu\n", "torch_device", ["expected 'cuda' (as device)"], id="torch-device-cuda"),
     pytest.param("name: other\n", "name", ["the folder name"], id="name-mismatch"),
@@ -137,10 +159,55 @@ def test_device_other_only_in_untested_profiles(tmp_path, write):
     profile, problems = load_vendor(tmp_path, "acme")
     assert profile is None and problems == [f"{tmp_path / 'vendors/acme/vendor.yaml'}: device: expected cpu or "
                                             f"cuda: 'other' is only for untested profiles (tested: false)"]
-    write(tmp_path, "vendors/acme/vendor.yaml", MINIMAL.replace("cuda", "other") + "tested: false\n"
-                                                "torch_device: npu\n")
+    write(tmp_path, "vendors/acme/vendor.yaml", MINIMAL.replace("cuda", "other").replace("nccl", "hccl")
+              + "tested: false\ntorch_device: npu\n")
     profile, problems = load_vendor(tmp_path, "acme")
     assert problems == [] and (profile.device, profile.torch_device, profile.tested) == ("other", "npu", False)
+
+
+@pytest.mark.parametrize("head, key, words", [
+    ("device: cuda\ndist_backend: mpi\n", "dist_backend",
+     ["expected one of nccl, gloo, hccl, cncl, xccl, mccl, got 'mpi'"]),
+    ("device: cuda\ndist_backend: hccl\n", "dist_backend",
+     ["expected nccl or gloo with torch device cuda, got 'hccl'"]),
+    ("device: cpu\ndist_backend: nccl\n", "dist_backend", ["expected gloo or gloo with torch device cpu"]),
+    ("device: other\ntorch_device: npu\ndist_backend: nccl\ntested: false\n", "dist_backend",
+     ["expected hccl or gloo with torch device npu, got 'nccl'"]),
+    ("device: other\ntorch_device: cuda\ndist_backend: nccl\ntested: false\n", "torch_device",
+     ["expected one of npu, mlu, xpu, musa with device: other", "got 'cuda'"]),
+])
+def test_device_and_backend_must_agree(tmp_path, write, head, key, words):
+    path = write(tmp_path, "vendors/acme/vendor.yaml", head + "frameworks: [pytorch]\n")
+    profile, problems = load_vendor(tmp_path, "acme")
+    assert profile is None and len(problems) == 1 and problems[0].startswith(f"{path}: {key}: "), problems
+    assert all(w in problems[0] for w in words), problems
+
+
+@pytest.mark.parametrize("device, backend", [("npu", "hccl"), ("npu", "gloo"), ("mlu", "cncl"), ("xpu", "xccl"),
+                                             ("musa", "mccl"), ("musa", "gloo")])
+def test_accelerator_devices_with_their_backends(tmp_path, write, device, backend):
+    write(tmp_path, "vendors/acme/vendor.yaml", f"device: other\ntorch_device: {device}\ndist_backend: {backend}\n"
+                                                f"torch_plugin: vendor_ext.torch_{device}\nframeworks: [pytorch]\n"
+                                                "tested: false\n")
+    profile, problems = load_vendor(tmp_path, "acme")
+    assert problems == [] and (profile.torch_device, profile.dist_backend) == (device, backend)
+    assert profile.torch_plugin == f"vendor_ext.torch_{device}"
+
+
+def test_gpu_monitor_names_a_plugin_of_the_tree(tmp_path, write):
+    """The plug-ins are the modules in <root>/monitors/accel/ (helpers named _* excepted), plus none."""
+    write(tmp_path, "monitors/accel/acme_smi.py", "SOURCE = 'acme-smi'\n")
+    write(tmp_path, "monitors/accel/_cli.py", "")
+    write(tmp_path, "monitors/accel/notes.txt", "")
+    assert accel_plugins(tmp_path) == ["acme_smi"] and accel_plugins(tmp_path / "nowhere") == []
+    assert accel_plugins(SOURCE_ROOT) == ["cnmon", "npu_smi", "nvml"]
+    for monitor, ok in (("acme_smi", True), ("none", True), ("_cli", False), ("nvml", False)):
+        write(tmp_path, "vendors/acme/vendor.yaml", MINIMAL + f"gpu_monitor: {monitor}\n")
+        profile, problems = load_vendor(tmp_path, "acme")
+        assert (problems == []) is ok, problems
+        if not ok:
+            assert problems[0].endswith(f"gpu_monitor: expected one of acme_smi, none (the plug-ins in "
+                                        f"{tmp_path / 'monitors' / 'accel'}, or none), got {monitor!r}")
 
 
 def test_full_container_section(tmp_path, write):
@@ -274,3 +341,178 @@ def test_unsupported_option_through_the_cli(tmp_path, write, run_cli, dry_run):
                                 f"--privileged, --ipc, --shm-size, --ulimit, --group-add, --cap-add, "
                                 f"--security-opt, --env, --runtime, --network, -v, -e, --net)"]
     assert not (tmp_path / "result").exists()
+
+
+# --- usable_on_host: why a profile cannot run on a probed host ---
+
+def probe_info(accel="nvml", count=0, error=None, module=None, found=False, plugin_error=None):
+    """launcher/probe.py's answer, as far as usable_on_host reads it."""
+    return {"python": [3, 11, 7], "executable": "/usr/bin/python3", "torch": "2.5.1", "torch_error": None,
+            "accelerators": {"source": accel, "count": count, "error": error}, "gpus": count, "gpus_from": accel,
+            "torch_plugin": {"module": module, "found": found, "error": plugin_error}}
+
+
+def test_usable_on_host_reasons():
+    ascend, nvidia, cpu, metax = shipped("ascend"), shipped("nvidia"), shipped("cpu"), shipped("metax")
+    ok = probe_info("npu_smi", 8, module="torch_npu", found=True)
+    assert usable_on_host(ascend, ok, "bare") is None and usable_on_host(ascend, ok, "docker") is None
+    missing = probe_info("npu_smi", 8, module="torch_npu", plugin_error="No module named 'torch_npu'")
+    assert usable_on_host(ascend, missing, "bare") == (
+        "its torch plug-in torch_npu is not importable by /usr/bin/python3, the Python that RUNTIME: bare runs "
+        "the ranks with (No module named 'torch_npu')")
+    assert usable_on_host(ascend, missing, "docker") is None         # the image brings torch_npu
+    no_tool = probe_info("npu_smi", 0, "npu-smi not found (looked on PATH)", module="torch_npu", found=True)
+    assert usable_on_host(ascend, no_tool, "docker") == ("the npu_smi plug-in cannot count the accelerators: "
+                                                         "npu-smi not found (looked on PATH)")
+    assert usable_on_host(ascend, probe_info("npu_smi", 0, module="torch_npu", found=True), "docker") == (
+        "torch device npu, but the npu_smi plug-in finds no accelerator on the host")
+    assert usable_on_host(nvidia, probe_info("nvml", 0), "bare") == (
+        "torch device cuda, but the nvml plug-in finds no accelerator on the host")
+    assert usable_on_host(nvidia, probe_info("nvml", 2), "bare") is None
+    assert usable_on_host(cpu, probe_info("none", 0), "bare") is None
+    assert usable_on_host(metax, probe_info("none", 0), "docker") is None        # none: the count is unknown
+    both = usable_on_host(ascend, probe_info("npu_smi", 0, "npu-smi info exited with status 1", module="torch_npu"),
+                          "bare")
+    assert both.count("; ") == 1 and "torch_npu is not importable" in both and "exited with status 1" in both
+
+
+def test_usable_on_host_ignores_what_the_probe_was_not_asked():
+    ascend = shipped("ascend")
+    assert usable_on_host(ascend, probe_info("nvml", 0, module=None), "bare") is None   # asked about nvml only
+    assert usable_on_host(ascend, {"python": [3, 9, 0], "gpus": 0}, "bare") is None      # an older probe
+    assert usable_on_host(ascend, {}, "bare") is None
+
+
+def test_usable_on_host_with_the_real_probe():
+    """The probe run for real on this machine (no accelerators here, no torch_npu)."""
+    def probe(*args):
+        r = subprocess.run([sys.executable, "-c", (SOURCE_ROOT / "launcher" / "probe.py").read_text(),
+                            "--flagperf-path", str(SOURCE_ROOT), *args], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        return json.loads(r.stdout)
+
+    info = probe("--accel", "none")
+    assert usable_on_host(shipped("cpu"), info, "bare") is None
+    info = probe("--accel", "nvml")
+    reason = usable_on_host(shipped("nvidia"), info, "bare")
+    assert (reason is None) == (info["accelerators"]["count"] > 0)
+    info = probe("--accel", "npu_smi", "--torch-plugin", "torch_npu")
+    if not info["torch_plugin"]["found"]:
+        assert "torch plug-in torch_npu is not importable" in usable_on_host(shipped("ascend"), info, "bare")
+
+
+# --- the harness: FLAGPERF_DEVICE / FLAGPERF_DIST_BACKEND / FLAGPERF_TORCH_PLUGIN ---
+
+def load_harness():
+    spec = importlib.util.spec_from_file_location("flagperf_harness_under_test",
+                                                  SOURCE_ROOT / "benchmarks" / "common" / "harness.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+harness = load_harness()
+
+
+def test_harness_and_vendors_agree_on_devices_and_backends():
+    assert harness.DEVICE_TYPES == TORCH_DEVICES and harness.DIST_BACKENDS == DIST_BACKENDS
+    assert harness.DEVICE_BACKEND == DEVICE_BACKEND
+
+
+@pytest.mark.parametrize("env, expected", [
+    ({}, ("cpu", "gloo")),
+    ({"FLAGPERF_DEVICE": "cuda"}, ("cuda", "nccl")),
+    ({"FLAGPERF_DEVICE": "npu"}, ("npu", "hccl")),
+    ({"FLAGPERF_DEVICE": "mlu"}, ("mlu", "cncl")),
+    ({"FLAGPERF_DEVICE": "xpu"}, ("xpu", "xccl")),
+    ({"FLAGPERF_DEVICE": "musa"}, ("musa", "mccl")),
+    ({"FLAGPERF_DEVICE": " CUDA ", "FLAGPERF_DIST_BACKEND": "Gloo"}, ("cuda", "gloo")),
+    ({"FLAGPERF_DEVICE": "npu", "FLAGPERF_DIST_BACKEND": "gloo"}, ("npu", "gloo")),
+    ({"FLAGPERF_DEVICE": "cpu", "FLAGPERF_DIST_BACKEND": "gloo"}, ("cpu", "gloo")),
+])
+def test_pick_device_backend(env, expected):
+    assert harness.pick_device_backend(env) == expected
+
+
+@pytest.mark.parametrize("env, message", [
+    ({"FLAGPERF_DEVICE": "tpu"}, "FLAGPERF_DEVICE must be one of cpu, cuda, npu, mlu, xpu, musa, got 'tpu'"),
+    ({"FLAGPERF_DEVICE": ""}, "FLAGPERF_DEVICE must be one of cpu, cuda, npu, mlu, xpu, musa, got ''"),
+    ({"FLAGPERF_DIST_BACKEND": "mpi"}, "FLAGPERF_DIST_BACKEND must be one of nccl, gloo, hccl, cncl, xccl, mccl, "
+                                       "got 'mpi'"),
+    ({"FLAGPERF_DIST_BACKEND": "nccl"}, "the nccl backend needs FLAGPERF_DEVICE=cuda, got cpu (use gloo)"),
+    ({"FLAGPERF_DEVICE": "cuda", "FLAGPERF_DIST_BACKEND": "hccl"},
+     "the hccl backend needs FLAGPERF_DEVICE=npu, got cuda (use nccl or gloo)"),
+    ({"FLAGPERF_DEVICE": "mlu", "FLAGPERF_DIST_BACKEND": "mccl"},
+     "the mccl backend needs FLAGPERF_DEVICE=musa, got mlu (use cncl or gloo)"),
+])
+def test_pick_device_backend_refuses(env, message):
+    with pytest.raises(ValueError) as exc:
+        harness.pick_device_backend(env)
+    assert str(exc.value) == message
+
+
+def test_torch_plugin_import(capsys):
+    assert harness.import_torch_plugin({}) is None
+    assert harness.import_torch_plugin({"FLAGPERF_TORCH_PLUGIN": ""}) is None
+    assert harness.import_torch_plugin({"FLAGPERF_TORCH_PLUGIN": "json"}) == "json"
+    with pytest.raises(SystemExit) as exc:
+        harness.import_torch_plugin({"FLAGPERF_TORCH_PLUGIN": "torch_no_such_plugin"})
+    assert exc.value.code == harness.CONFIG_ERROR_EXIT == 2
+    assert capsys.readouterr().err == ("config error: FLAGPERF_TORCH_PLUGIN=torch_no_such_plugin: cannot import "
+                                       "torch_no_such_plugin: ModuleNotFoundError: No module named "
+                                       "'torch_no_such_plugin'\n")
+
+
+def dist_env(monkeypatch, **env):
+    for key in ("FLAGPERF_DEVICE", "FLAGPERF_DIST_BACKEND", "FLAGPERF_TORCH_PLUGIN", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(key, raising=False)
+    for key, value in dict(dict(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0"), **env).items():
+        monkeypatch.setenv(key, value)
+
+
+def test_setup_distributed_drives_the_device_through_torch_device_module(monkeypatch):
+    """A non-CUDA device without its hardware: the vendor's plug-in (here a module that stands in for, say,
+    torch_xpu_ext) is imported first, then every device call goes to torch.<device type>."""
+    torch = pytest.importorskip("torch")
+    calls = []
+    fake = types.SimpleNamespace(is_available=lambda: True, device_count=lambda: 2,
+                                 set_device=lambda i: calls.append(("set_device", i)),
+                                 synchronize=lambda d=None: calls.append(("synchronize", str(d))),
+                                 get_device_name=lambda d=None: "Fake XPU")
+    plugin = types.ModuleType("fake_vendor_torch_plugin")
+    monkeypatch.setitem(sys.modules, "fake_vendor_torch_plugin", plugin)
+    monkeypatch.setattr(torch, "xpu", fake)
+    dist_env(monkeypatch, FLAGPERF_DEVICE="xpu", FLAGPERF_TORCH_PLUGIN="fake_vendor_torch_plugin", LOCAL_RANK="1")
+    ctx = harness.setup_distributed({})
+    assert (str(ctx.device), ctx.backend, ctx.initialized) == ("xpu:1", "xccl", False)
+    assert ctx.is_cuda is False and ctx.is_accelerator is True and ctx.device_module is fake
+    ctx.sync()
+    assert calls == [("set_device", 1), ("synchronize", "xpu:1")]
+    env = harness.env_info(ctx)
+    assert (env["device"], env["device_name"], env["torch_plugin"], env["backend"]) == (
+        "xpu", "Fake XPU", "fake_vendor_torch_plugin", "xccl")
+    timing = harness.time_fn(lambda: None, ctx, warmup=1, iters=2, repeats=2)
+    assert len(timing["samples"]) == 2 and calls.count(("synchronize", "xpu:1")) >= 5   # synced around samples
+
+
+@pytest.mark.parametrize("env, words", [
+    (dict(FLAGPERF_DEVICE="npu"), "FLAGPERF_DEVICE=npu but torch has no torch.npu (set FLAGPERF_TORCH_PLUGIN"),
+    (dict(FLAGPERF_DEVICE="mlu", FLAGPERF_TORCH_PLUGIN="json"), "torch has no torch.mlu after importing json"),
+    (dict(FLAGPERF_DEVICE="musa", FLAGPERF_TORCH_PLUGIN="torch_musa_missing"),
+     "FLAGPERF_TORCH_PLUGIN=torch_musa_missing: cannot import torch_musa_missing"),
+    (dict(FLAGPERF_DEVICE="cpu", FLAGPERF_DIST_BACKEND="hccl"), "the hccl backend needs FLAGPERF_DEVICE=npu"),
+    (dict(FLAGPERF_DEVICE="cuda"), "FLAGPERF_DEVICE=cuda but torch.cuda.is_available() is False"),
+    (dict(FLAGPERF_DEVICE="cuda", LOCAL_RANK="3"), "LOCAL_RANK=3 but only 2 visible cuda devices"),
+])
+def test_setup_distributed_config_errors(monkeypatch, capsys, env, words):
+    torch = pytest.importorskip("torch")
+    if env.get("LOCAL_RANK"):       # a host with two GPUs, as torch.cuda would report it
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+        monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    else:
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    dist_env(monkeypatch, **env)
+    with pytest.raises(SystemExit) as exc:
+        harness.setup_distributed({})
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and err.startswith("config error: ") and words in err, err
