@@ -57,9 +57,9 @@ def check_hosts(backend: Backend, hosts, need: dict, *, deploy: bool, say=None) 
         for o in backend.deploy(connected):
             if o.ok:
                 d = o.value
-                if say and d.files_sent:
-                    say(f"host {d.host}: deployed {d.files_sent} of {d.files_total} file(s), {d.bytes_sent} bytes "
-                        f"to {d.path}")
+                if say and not d.same_tree:
+                    say(f"deploy: host {d.host}: {d.files_sent} of {d.files_total} file(s) differed, "
+                        f"{d.bytes_sent} bytes sent to {d.path}")
             else:
                 results[o.key.address] = failed(o.key.address, "deploy_failed",
                                                 f"deploy to {o.key.flagperf_path} failed: {o.error}")

@@ -394,7 +394,7 @@ def _download_wheels(wheel: Path, dest: Path) -> None:
     proc = subprocess.run(cmd, check=False, capture_output=True, text=True, stdin=subprocess.DEVNULL)
     if proc.returncode != 0:
         noise = "WARNING: Location"
-        text = "\n".join(l for l in (proc.stdout + proc.stderr).splitlines() if not l.startswith(noise))
+        text = "\n".join(line for line in (proc.stdout + proc.stderr).splitlines() if not line.startswith(noise))
         raise DockerEnvError(f"pip download of torch's dependencies, numpy and psutil failed "
                              f"(rc {proc.returncode}):\n{_tail(text)}")
 

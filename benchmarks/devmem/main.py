@@ -222,7 +222,8 @@ def main():
     any_failed = ctx.all_reduce([float(bool(problems))], "max")[0] > 0
 
     head = per_size[largest]["gbs"]
-    details = {"sizes_mib": sizes, "bytes_counted": "read + written (2 x size per copy)", "data": "random int32, never 0",
+    details = {"sizes_mib": sizes, "bytes_counted": "read + written (2 x size per copy)",
+               "data": "random int32, never 0",
                "mismatches": {f"{s}mib": per_size[s]["mismatches"] for s in sizes}}
     if direct:
         details["direct_mismatches"] = {op: d["mismatches"] for op, d in direct.items()}

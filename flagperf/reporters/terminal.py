@@ -37,9 +37,10 @@ class TerminalReporter(Reporter):
             st, e2e = case.stats.get("value") or {}, case.stats.get("e2e_time") or {}
             status = case.status.value
             table.add_row(
-                case.name, f"[{STYLES.get(status, 'yellow')}]{status}[/]", f"{len(case.passed_rounds)}/{len(case.rounds)}",
-                case.metric or "-", _num(st.get("median")), _num(st.get("mean")), _num(st.get("min")),
-                _num(st.get("max")), case.unit or "", _num(e2e.get("median")), _note(case))
+                case.name, f"[{STYLES.get(status, 'yellow')}]{status}[/]",
+                f"{len(case.passed_rounds)}/{len(case.rounds)}", case.metric or "-", _num(st.get("median")),
+                _num(st.get("mean")), _num(st.get("min")), _num(st.get("max")), case.unit or "",
+                _num(e2e.get("median")), _note(case))
         return table
 
     def failure_lines(self, summary) -> list:

@@ -136,7 +136,8 @@ def test_sigint_mid_round_leaves_no_container(tmp_path, flagperf_home, docker_cl
 
 def test_clean_removes_leftovers_by_label(tmp_path, docker_clean):
     env = docker_clean
-    leftover = env.client.containers.create(env.base_image, ["sleep", "600"], name=f"flagperf-leftover-{time.time_ns()}",
+    leftover = env.client.containers.create(env.base_image, ["sleep", "600"],
+                                            name=f"flagperf-leftover-{time.time_ns()}",
                                             labels={"flagperf.run": "run19990101000000"})
     other = env.client.containers.create(env.base_image, ["sleep", "600"], labels={"not.flagperf": "1"})
     try:

@@ -95,7 +95,8 @@ ERRORS = [
                  [("test.yaml", 4, ["ACCE_VISIBLE_DEVICE_ENV_NAME: expected an environment variable name"])],
                  id="visible-env-name"),
     pytest.param({"test.yaml": conf(runtime="podman")}, [],
-                 [("test.yaml", 2, ["RUNTIME: expected one of bare, docker (the runtimes of SCHEDULER 'ssh'), got 'podman'"])], id="runtime-unknown"),
+                 [("test.yaml", 2, ["RUNTIME: expected one of bare, docker (the runtimes of SCHEDULER 'ssh'), "
+                                    "got 'podman'"])], id="runtime-unknown"),
     pytest.param({"test.yaml": conf("DOCKER_BUILD_ARGS: [1]")}, [],
                  [("test.yaml", 4, ["DOCKER_BUILD_ARGS: expected a mapping"])], id="build-args-type"),
     pytest.param({"test.yaml": conf("EXTRA_CA_BUNDLE: missing.pem")}, [],
@@ -160,9 +161,11 @@ ERRORS = [
     pytest.param({"test.yaml": conf("CLUSTER: cluster.yaml"), "cluster.yaml": "HOSTS:\n  - 'bad host!'\n"},
                  [], [("cluster.yaml", 1, ["HOSTS[0]: 'bad host!' is not a host name or address"])],
                  id="host-bad-address"),
-    pytest.param({"test.yaml": conf("CLUSTER: cluster.yaml"), "cluster.yaml": "HOSTS:\n  - localhost\nSSH_PORT: 70000\n"},
+    pytest.param({"test.yaml": conf("CLUSTER: cluster.yaml"),
+                  "cluster.yaml": "HOSTS:\n  - localhost\nSSH_PORT: 70000\n"},
                  [], [("cluster.yaml", 3, ["SSH_PORT: expected a TCP port 1-65535, got 70000"])], id="port-too-big"),
-    pytest.param({"test.yaml": conf("CLUSTER: cluster.yaml"), "cluster.yaml": "HOSTS:\n  - localhost\nMASTER_PORT: 0\n"},
+    pytest.param({"test.yaml": conf("CLUSTER: cluster.yaml"),
+                  "cluster.yaml": "HOSTS:\n  - localhost\nMASTER_PORT: 0\n"},
                  [], [("cluster.yaml", 3, ["MASTER_PORT: expected a TCP port 1-65535, got 0"])], id="port-zero"),
     pytest.param({"test.yaml": conf("CLUSTER: cluster.yaml"),
                   "cluster.yaml": "HOSTS:\n  - HOST: localhost\n    SSH_PORT: abc\n"},
@@ -440,7 +443,8 @@ def test_two_localhost_hosts_are_allowed(tmp_path, write):
 
 
 def test_data_dir_is_not_checked_for_remote_hosts(tmp_path, write):
-    test = write(tmp_path, "test.yaml", conf("CLUSTER: cluster.yaml", cases=['"gemm:pytorch:local:1:1:1": /no/such/dir']))
+    test = write(tmp_path, "test.yaml",
+                 conf("CLUSTER: cluster.yaml", cases=['"gemm:pytorch:local:1:1:1": /no/such/dir']))
     write(tmp_path, "cluster.yaml", "HOSTS:\n  - 10.0.0.1\n  - localhost\n")
     cfg = load_config(test, detect=cpu_detector)
     assert cfg.test.cases[0].data_dir == "/no/such/dir"

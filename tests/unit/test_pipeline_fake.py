@@ -491,7 +491,7 @@ def test_spawn_launcher_error_reason_is_kept(tmp_path):
 
 
 def test_spawn_launcher_error_stops_the_started_nodes(tmp_path):
-    key, name = "gemm:pytorch:local:2:1:1", "gemm-pytorch-local-2x1"
+    key = "gemm:pytorch:local:2:1:1"
 
     class HalfStarts(FakeBackend):
         def spawn_launcher(self, node):
