@@ -47,12 +47,14 @@ class HostCheck:
 
     @property
     def accelerators(self) -> int | None:
-        """The accelerators the probe counted on the host (None: not probed)."""
+        """The accelerators the probe counted on the host (None: not probed, or no plug-in to count them)."""
         if not self.info:
             return None
         acc = self.info.get("accelerators")
-        if isinstance(acc, dict) and isinstance(acc.get("count"), int):
-            return acc["count"]
+        if isinstance(acc, dict):
+            if acc.get("source") in (None, "none") or acc.get("error"):
+                return None
+            return acc["count"] if isinstance(acc.get("count"), int) else None
         gpus = self.info.get("gpus")
         return gpus if isinstance(gpus, int) else None
 
@@ -123,8 +125,10 @@ def interpret_probe(name: str, python: str, returncode: int, stdout: str, stderr
     if why:
         return failed(name, "vendor_unusable", f"vendor {vendor.name}: {why}", info)
     check = HostCheck(name, "ok", "", "", info)
-    have = check.accelerators or 0
-    if vendor.device != "cpu":
+    have = check.accelerators
+    if vendor.device != "cpu" and have is None:
+        what = f"accelerators not counted (gpu_monitor: {vendor.gpu_monitor})"
+    elif have is not None and vendor.device != "cpu":
         if have < need:
             return failed(name, "too_few_accelerators",
                           f"{have} {vendor.torch_device or vendor.device} device(s), the cases need {need}", info)

@@ -91,3 +91,20 @@ class ContainerRun:
             argv += ["--label", f"{key}={value}"]
         argv += ["-w", self.workdir, self.image, *self.command]
         return shlex.join([a for a in argv if a != ""])
+
+
+def container_run(spec, *, name: str, image: str, image_folder: str = "", command=(), workdir: str = "/",
+                  extra_mounts=(), labels=(), shm_size_default: str = "32G") -> ContainerRun:
+    """One node's ContainerRun from the vendor's ContainerSpec (vendors.py): its volumes, then ``extra_mounts``
+    ((host, container, mode), ...) for paths the vendor did not mount itself."""
+    from flagperf.vendors import split_volume
+    mounts = [split_volume(v) for v in spec.volumes]
+    for m in extra_mounts:
+        if m[0] and all(have[0] != m[0] for have in mounts):
+            mounts.append(tuple(m))
+    return ContainerRun(
+        name=name, image=image, image_folder=image_folder, command=tuple(command), workdir=workdir,
+        mounts=tuple(mounts), env=tuple(spec.env), labels=tuple(labels), gpus=spec.gpus, devices=tuple(spec.devices),
+        shm_size=spec.shm_size or shm_size_default, ulimits=tuple(spec.ulimits), ipc_mode=spec.ipc_mode,
+        network_mode=spec.network_mode, privileged=spec.privileged, cap_add=tuple(spec.cap_add),
+        group_add=tuple(spec.group_add), security_opt=tuple(spec.security_opt), runtime=spec.runtime)

@@ -187,6 +187,8 @@ class Run:
         if all(c.nproc is not None for c in self.config.test.cases):
             return
         self.plan = build_plan(self.config, self.plan.run_id, accelerators)
+        for note in self.plan.notes:
+            self.step(f"note: {note}", logging.WARNING)
         self.summary.cases = [self._case_summary(c) for c in self.plan.cases]
         write_json_atomic(self.plan.run_dir / "run.json", run_record(self.plan, self.backend.name))
         for case in self.plan.cases:

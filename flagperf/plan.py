@@ -15,7 +15,7 @@ from pathlib import Path, PurePosixPath
 
 from flagperf.config import CaseSpec, Config, HostSpec
 from flagperf.containers import (LABEL_CASE, LABEL_NODE, LABEL_ROUND, LABEL_RUN, PREPARE_AND_LAUNCH, ContainerRun,
-                                 container_name)
+                                 container_name, container_run)
 from flagperf.errors import ConfigError
 from flagperf.yamlio import load_yaml_file
 from flagperf_contract import CASE_CONFIG_FILE, LAUNCH_FILE, MONITOR_OUTPUT, LaunchSpec
@@ -166,8 +166,9 @@ def resolve_nproc(config: Config, case: CaseSpec, accelerators: dict | None) -> 
     counts = [(accelerators or {}).get(h.address) for h in hosts]
     known = [c for c in counts if isinstance(c, int)]
     if len(known) < len(counts):
-        return 1, (f"{case.key}: nproc auto is resolved from each host's accelerator count when the run checks "
-                   f"the hosts; this plan assumes 1")
+        unknown = ", ".join(h.address for h, c in zip(hosts, counts) if not isinstance(c, int))
+        return 1, (f"{case.key}: nproc auto: the accelerators of {unknown} are not counted (yet: a run counts them "
+                   f"when it checks the hosts, unless the vendor has no accelerator plug-in); 1 rank per node")
     return max(1, min(known)), None
 
 
@@ -264,28 +265,15 @@ def _node(config, case, case_name, round_index, case_cfg, host, node_rank, maste
 def _container(config, case, host, launch, launcher_argv, node_dir, run_id, case_name, round_index, node_rank,
                name) -> ContainerRun:
     from flagperf.images import ImageError, image_spec
-    spec = config.container
     try:
         image = image_spec(config, case.framework)
-        tag, folder = image.tag, str(image.folder)
     except ImageError as exc:
         raise ConfigError(str(exc)) from None
-    mounts = [(h, c, m) for h, c, m in (_split(v) for v in spec.volumes)]
     run_dir_on_host = str(PurePosixPath(node_dir).parents[2])
-    for path in (host.flagperf_path, run_dir_on_host, case.data_dir or ""):
-        if path and all(m[0] != path for m in mounts):
-            mounts.append((path, path, "rw"))
-    command = ("sh", "-c", PREPARE_AND_LAUNCH, "flagperf-prepare", launch.cwd, node_dir, *launcher_argv)
-    return ContainerRun(
-        name=name, image=tag, image_folder=folder, command=command, workdir=launch.cwd, mounts=tuple(mounts),
-        env=tuple(spec.env), labels=((LABEL_RUN, run_id), (LABEL_CASE, case_name), (LABEL_ROUND, str(round_index)),
-                                     (LABEL_NODE, str(node_rank))),
-        gpus=spec.gpus, devices=tuple(spec.devices), shm_size=spec.shm_size or config.test.shm_size,
-        ulimits=tuple(spec.ulimits), ipc_mode=spec.ipc_mode, network_mode=spec.network_mode,
-        privileged=spec.privileged, cap_add=tuple(spec.cap_add), group_add=tuple(spec.group_add),
-        security_opt=tuple(spec.security_opt), runtime=spec.runtime)
-
-
-def _split(volume: str) -> tuple:
-    from flagperf.vendors import split_volume
-    return split_volume(volume)
+    extra = [(p, p, "rw") for p in (host.flagperf_path, run_dir_on_host, case.data_dir or "") if p]
+    return container_run(
+        config.container, name=name, image=image.tag, image_folder=str(image.folder),
+        command=("sh", "-c", PREPARE_AND_LAUNCH, "flagperf-prepare", launch.cwd, node_dir, *launcher_argv),
+        workdir=launch.cwd, extra_mounts=extra, shm_size_default=config.test.shm_size,
+        labels=((LABEL_RUN, run_id), (LABEL_CASE, case_name), (LABEL_ROUND, str(round_index)),
+                (LABEL_NODE, str(node_rank))))

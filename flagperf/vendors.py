@@ -9,7 +9,6 @@ why a profile cannot run on a host, from what launcher/probe.py found there.
 
 from __future__ import annotations
 
-import glob
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,7 +54,8 @@ _MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 
 @dataclass(frozen=True)
 class ContainerSpec:
-    """How a vendor's container runs. Plain data; docker is imported only by the methods that need it."""
+    """How a vendor's container runs. Plain data: the plan turns it into one containers.ContainerRun per node,
+    and the docker runtime turns that into API calls (runtimes/docker.py: sdk_kwargs)."""
 
     gpus: object = "none"           # "all", "none", a count (int) or a tuple of device ids
     devices: tuple = ()             # "/dev/x[:/dev/y[:rwm]]"; the host part may be a glob (/dev/xpu[0-9]*)
@@ -71,52 +71,6 @@ class ContainerSpec:
     runtime: str | None = None
 
     network_mode = "host"           # not configurable: ranks rendezvous over the host network
-
-    def device_requests(self) -> list:
-        if self.gpus in ("none", 0):
-            return []
-        from docker.types import DeviceRequest
-        if self.gpus == "all":
-            return [DeviceRequest(count=-1, capabilities=[["gpu"]])]
-        if isinstance(self.gpus, int):
-            return [DeviceRequest(count=self.gpus, capabilities=[["gpu"]])]
-        return [DeviceRequest(device_ids=list(self.gpus), capabilities=[["gpu"]])]
-
-    def ulimit_objects(self) -> list:
-        from docker.types import Ulimit
-        return [Ulimit(name=name, soft=soft, hard=hard) for name, soft, hard in self.ulimits]
-
-    def device_list(self, expand=glob.glob) -> list:
-        """``devices`` with globs expanded by ``expand(pattern) -> paths`` (on the host that runs the
-        container: the default looks at this machine). A glob that matches nothing adds nothing."""
-        out = []
-        for spec in self.devices:
-            host, _, rest = spec.partition(":")
-            for path in sorted(expand(host)) if _GLOB.search(host) else [host]:
-                # the SDK reads a second field as the container path: /dev/x:rwm becomes /dev/x:/dev/x:rwm
-                out.append(f"{path}:{path}:{rest}" if re.fullmatch(r"[rwm]+", rest) else
-                           f"{path}:{rest}" if rest else path)
-        return out
-
-    def volume_binds(self) -> dict:
-        binds = {}
-        for spec in self.volumes:
-            host, container, mode = split_volume(spec)
-            binds[host] = {"bind": container, "mode": mode}
-        return binds
-
-    def docker_kwargs(self, shm_size_default: str, expand=glob.glob) -> dict:
-        """Keyword arguments for ``client.containers.run``/``create`` (the image and command excepted)."""
-        kwargs = dict(
-            device_requests=self.device_requests(), devices=self.device_list(expand),
-            group_add=list(self.group_add), cap_add=list(self.cap_add), security_opt=list(self.security_opt),
-            volumes=self.volume_binds(), environment=dict(self.env), shm_size=self.shm_size or shm_size_default,
-            ulimits=self.ulimit_objects(), privileged=self.privileged, ipc_mode=self.ipc_mode,
-            network_mode=self.network_mode,
-        )
-        if self.runtime:
-            kwargs["runtime"] = self.runtime
-        return kwargs
 
 
 @dataclass(frozen=True)
@@ -333,7 +287,7 @@ def load_vendor(root: Path, name: str) -> tuple[VendorProfile | None, list[str]]
 
 def _load_container(p: _Problems, raw: dict) -> ContainerSpec:
     p.unknown(raw, CONTAINER_KEYS, "container.")
-    kw = {}
+    kw: dict = {}
     if "gpus" in raw:
         gpus = raw["gpus"]
         if gpus in ("all", "none") or (isinstance(gpus, int) and not isinstance(gpus, bool) and gpus >= 0):
@@ -400,6 +354,9 @@ def usable_on_host(profile: VendorProfile, probe_info: dict, runtime: str) -> st
         python = info.get("executable") or "the host's python"
         problems.append(f"its torch plug-in {profile.torch_plugin} is not importable by {python}, the Python "
                         f"that RUNTIME: bare runs the ranks with ({plugin.get('error') or 'not found'})")
+    if profile.device == "other" and not profile.torch_device:
+        problems.append("it names no torch_device (device: other), so the ranks would not know which torch "
+                        "device to use; set torch_device in its vendor.yaml")
     acc: dict = info["accelerators"] if isinstance(info.get("accelerators"), dict) else {}
     monitor = profile.gpu_monitor
     if monitor != NO_GPU_MONITOR and acc.get("source") == monitor:

@@ -232,8 +232,8 @@ class FakeBackend(Backend):
                 out.append(failed(h.address, *self.probe_fail[h.address]))
             else:
                 n = self._count(h.address)
-                out.append(HostCheck(h.address, "ok", f"fake host, {n} accelerator(s)", "",
-                                     {"accelerators": {"count": n}, "python": [3, 11, 0]}))
+                info = {"accelerators": {"source": "nvml", "count": n, "error": None}, "python": [3, 11, 0]}
+                out.append(HostCheck(h.address, "ok", f"fake host, {n} accelerator(s)", "", info))
         return out
 
     # -- a case -------------------------------------------------------------------------------------------

@@ -401,7 +401,8 @@ def test_check_hosts_keeps_host_order_and_reports_deploys(tmp_path):
     assert [(c.host, c.outcome) for c in checks] == [("node-a", "ok"), ("node-b", "auth_failed"),
                                                      ("node-c", "deploy_failed")]
     assert ("deploy", ("node-a", "node-c")) in backend.calls and ("probe", ("node-a",)) in backend.calls
-    assert said == [f"host node-a: deployed 2 of 10 file(s), 1234 bytes to {cfg.cluster.hosts[0].flagperf_path}"]
+    assert said == [f"deploy: host node-a: 2 of 10 file(s) differed, 1234 bytes sent to "
+                    f"{cfg.cluster.hosts[0].flagperf_path}"]
     checks = check_hosts(FakeBackend(), cfg.cluster.hosts, {}, deploy=False)
     assert [c.host for c in checks] == ["node-a", "node-b", "node-c"]
 

@@ -14,6 +14,8 @@ from docker.types import DeviceRequest, Ulimit
 
 from flagperf.config import SOURCE_ROOT, load_config
 from flagperf.container_opts import merge, translate_container_opt
+from flagperf.containers import container_run
+from flagperf.runtimes.docker import expand_devices, sdk_kwargs
 from flagperf.vendors import (DEVICE_BACKEND, DIST_BACKENDS, TORCH_DEVICES, ContainerSpec, accel_plugins,
                               load_vendor, usable_on_host, vendor_names)
 
@@ -29,9 +31,14 @@ def shipped(name):
     return profile
 
 
+def docker_kwargs(spec, shm="32G", expand=lambda pattern: []):
+    """What the docker runtime passes to containers.create for a node container made from this spec."""
+    return sdk_kwargs(container_run(spec, name="n", image="img", shm_size_default=shm), expand)
+
+
 def sdk_accepts(kwargs):
     """The docker SDK turns the kwargs into a create request (no daemon needed) without complaint."""
-    return _create_container_args(dict(kwargs, image="img", version="1.41"))
+    return _create_container_args(dict(kwargs, image=kwargs.get("image", "img"), version="1.41"))
 
 
 @pytest.mark.parametrize("name", vendor_names(SOURCE_ROOT))
@@ -43,7 +50,7 @@ def test_every_shipped_profile_loads(name):
     assert profile.gpu_monitor in accel_plugins(SOURCE_ROOT) + ["none"]
     assert (profile.torch_device or profile.device) in TORCH_DEVICES + ("other",)
     assert profile.dist_backend in (DEVICE_BACKEND.get(profile.torch_device), "gloo") or profile.torch_device is None
-    sdk_accepts(profile.container.docker_kwargs("32G", expand=lambda pattern: []))
+    sdk_accepts(docker_kwargs(profile.container, "32G", expand=lambda pattern: []))
 
 
 def test_all_vendors_are_shipped():
@@ -52,7 +59,7 @@ def test_all_vendors_are_shipped():
 
 def test_nvidia_docker_kwargs():
     profile = shipped("nvidia")
-    kw = profile.container.docker_kwargs("16G")
+    kw = docker_kwargs(profile.container, "16G")
     [request] = kw["device_requests"]
     assert isinstance(request, DeviceRequest) and request.count == -1 and request.capabilities == [["gpu"]]
     assert (kw["privileged"], kw["network_mode"], kw["ipc_mode"], kw["shm_size"]) == (False, "host", "host", "16G")
@@ -66,7 +73,7 @@ def test_nvidia_docker_kwargs():
 
 
 def test_cpu_docker_kwargs():
-    kw = shipped("cpu").container.docker_kwargs("32G")
+    kw = docker_kwargs(shipped("cpu").container, "32G")
     assert kw["device_requests"] == [] and kw["devices"] == [] and kw["privileged"] is False
     assert (kw["network_mode"], kw["ipc_mode"], kw["shm_size"]) == ("host", "host", "32G")
 
@@ -87,8 +94,8 @@ def test_untested_profiles_say_so():
 def test_device_globs_expand_on_the_host():
     spec = ContainerSpec(devices=("/dev/xpu[0-9]*", "/dev/xpuctrl", "/dev/davinci[0-9]*:rw", "/dev/a:/dev/b"))
     found = {"/dev/xpu[0-9]*": ["/dev/xpu1", "/dev/xpu0"], "/dev/davinci[0-9]*": []}
-    assert spec.device_list(expand=found.get) == ["/dev/xpu0", "/dev/xpu1", "/dev/xpuctrl", "/dev/a:/dev/b"]
-    assert ContainerSpec(devices=("/dev/x:rw",)).device_list() == ["/dev/x:/dev/x:rw"]
+    assert expand_devices(spec.devices, found.get) == ["/dev/xpu0", "/dev/xpu1", "/dev/xpuctrl", "/dev/a:/dev/b"]
+    assert expand_devices(("/dev/x:rw",)) == ["/dev/x:/dev/x:rw"]
 
 
 # --- schema errors: exactly one line each, naming the file and the key ---
@@ -231,7 +238,7 @@ def test_full_container_section(tmp_path, write):
     profile, problems = load_vendor(tmp_path, "acme")
     assert problems == []
     assert profile.peaks == (tmp_path / "vendors/acme/peaks.yaml").resolve()
-    kw = profile.container.docker_kwargs("32G")
+    kw = docker_kwargs(profile.container, "32G")
     [request] = kw["device_requests"]
     assert request.count == 2 and request.capabilities == [["gpu"]]
     assert kw["devices"] == ["/dev/kfd", "/dev/dri:/dev/dri:rw"] and kw["group_add"] == ["video", "44"]
@@ -252,7 +259,7 @@ def test_translate_flagperf_nvidia_options():
     assert overrides == {"gpus": "all", "ipc_mode": "host", "ulimits": {"memlock": (-1, -1),
                                                                         "stack": (67108864, 67108864)},
                          "shm_size": "32G", "volumes": ["/data:/data:ro"], "devices": ["/dev/infiniband"]}
-    kw = merge(shipped("nvidia").container, overrides).docker_kwargs("8G")
+    kw = docker_kwargs(merge(shipped("nvidia").container, overrides), "8G")
     assert kw["volumes"] == {"/data": {"bind": "/data", "mode": "ro"}} and kw["devices"] == ["/dev/infiniband"]
     assert kw["shm_size"] == "32G" and kw["device_requests"][0].count == -1
     assert kw["environment"] == {"NVIDIA_DRIVER_CAPABILITIES": "compute,utility"}
