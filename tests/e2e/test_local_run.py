@@ -9,7 +9,8 @@ import pytest
 import yaml
 
 from flagperf.results.monitors import read_monitor_file
-from flagperf.results.perflog import read_records, validate_finished
+from flagperf.results.perflog import read_records
+from flagperf_contract import validate_finished
 
 from .conftest import (REPO, kill_all, only_run_dir, processes_matching, run_cli, start_cli, wait_for,
                        write_conf)
