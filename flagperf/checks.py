@@ -142,8 +142,5 @@ def interpret_probe(name: str, python: str, returncode: int, stdout: str, stderr
 
 def _vendor_problem(vendor, info, runtime) -> str | None:
     """Why the vendor profile cannot run on this host, from the probe's answer (None: it can)."""
-    try:
-        from flagperf.vendors import usable_on_host
-    except ImportError:
-        return None
+    from flagperf.vendors import usable_on_host
     return usable_on_host(vendor, info, runtime)

@@ -33,7 +33,8 @@ from flagperf.hosts.fanout import fan_out
 from flagperf.plan import Plan, build_plan
 from flagperf.reporters import write_reports
 from flagperf.results import perflog
-from flagperf.results.interpret import NodeEvidence, RoundEvidence, Status, Wait, WaitEnd, interpret_round
+from flagperf.results.interpret import (NodeEvidence, RoundEvidence, Status, Wait, WaitEnd, describe_exit,
+                                       interpret_round)
 from flagperf.results.monitors import read_status, summarize_monitors
 from flagperf.results.summary import CaseSummary, NodeSummary, RoundSummary, Summary
 from flagperf_contract import (RANKS_FILE, ContractError, RankReport, now_iso, rank_log_name, read_json_file,
@@ -390,7 +391,6 @@ class Run:
             self.step(f"{label}: passed in {res.duration_s:.1f} s: {fin.get('metric')} = {fin.get('value'):.4g} "
                       f"{fin.get('unit')}")
             return
-        from flagperf.results.interpret import describe_exit
         msg = f"{label}: {res.status.value.upper()} after {res.duration_s:.1f} s: {f.get('reason', '')}"
         if f.get("rank") is not None:
             msg += f" (node {f.get('node')}, rank {f['rank']}, {describe_exit(f.get('exit_code'))}, log {f.get('log')})"

@@ -20,6 +20,8 @@ import abc
 import logging
 from typing import ClassVar
 
+from flagperf.hosts.base import Process
+
 
 class BackendError(Exception):
     """A backend could not do what was asked; the message names the host (or node) and says why.
@@ -32,21 +34,9 @@ class BackendError(Exception):
         self.last_lines = list(last_lines)
 
 
-class NodeProcess(abc.ABC):
-    """A node launcher or monitor started by a backend: its exit is what the driver waits for."""
-
-    @abc.abstractmethod
-    def wait(self, timeout: float | None = None) -> int | None:
-        """Block until it exits (its exit code) or the timeout passes (None)."""
-
-    @abc.abstractmethod
-    def signal(self, sig: int) -> None:
-        """Send a signal (no error if it already exited)."""
-
-    @property
-    @abc.abstractmethod
-    def pid(self) -> int:
-        ...
+# A node launcher or monitor started by a backend: wait(timeout) -> exit code | None, signal(sig), pid. The
+# transports' Process is that interface; a backend of another kind (a scheduler's job step) implements it too.
+NodeProcess = Process
 
 
 class Backend(abc.ABC):
