@@ -169,7 +169,8 @@ def deploy(config_path, cluster_path, accept_new_host_keys):
         outcomes = backend.deploy(hosts)
     finally:
         backend.close()
-    table = Table(title="deploy")
+    total = next((o.value.files_total for o in outcomes if o.ok), 0)
+    table = Table(title=f"deploy ({total} files)")
     for col in ("host", "path", "result"):
         table.add_column(col)
     for f in failures:

@@ -168,6 +168,8 @@ import sysconfig
 own = os.path.realpath(sys.argv[1])
 dirs = list(site.getsitepackages())
 dirs += [sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]]
+# and those it sees through .pth files of its own (a venv that itself sits on another interpreter's packages)
+dirs += [p for p in sys.path if os.path.basename(p.rstrip("/")) in ("site-packages", "dist-packages")]
 if site.ENABLE_USER_SITE:
     dirs.append(site.getusersitepackages())
 seen = set()

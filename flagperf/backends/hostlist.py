@@ -10,6 +10,7 @@ writes straight into the run directory).
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import PurePosixPath
 
 from flagperf.backends.base import Backend, BackendError
@@ -127,8 +128,10 @@ class HostListBackend(Backend):
             raise BackendError(f"{node.label}: cannot start the node launcher: {exc}") from exc
 
     def drop_caches(self, node) -> tuple:
+        argv = ["sh", "-c", "sync && echo 3 > /proc/sys/vm/drop_caches"]
+        self.log.info(f"{node.label}: $ {shlex.join(argv)}")
         try:
-            r = self._transport(node).run(["sh", "-c", "sync && echo 3 > /proc/sys/vm/drop_caches"], timeout=120)
+            r = self._transport(node).run(argv, timeout=120)
         except (HostError, BackendError) as exc:
             return False, str(exc)
         return r.ok, r.stderr.strip() or ("" if r.ok else "not permitted")

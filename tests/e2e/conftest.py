@@ -26,10 +26,11 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture
 def flagperf_home(tmp_path):
-    """A FLAGPERF_HOME: the repo's launcher, monitors, vendors and benchmarks plus tests/e2e/benchmarks/*."""
+    """A FLAGPERF_HOME: the repo's launcher, monitors, contract module, vendors and benchmarks plus
+    tests/e2e/benchmarks/*."""
     home = tmp_path / "home"
     (home / "benchmarks").mkdir(parents=True)
-    for name in ("launcher", "monitors"):
+    for name in ("launcher", "monitors", "flagperf_contract.py"):
         (home / name).symlink_to(REPO / name)
     for vendor in (REPO / "vendors").iterdir():       # real folders, so tests can add override files
         (home / "vendors" / vendor.name).mkdir(parents=True)

@@ -51,8 +51,10 @@ def clean_env(**extra) -> dict:
 
 
 def site_dirs() -> list:
-    """This interpreter's site-packages dirs (what setup.sh lists in .venv's .pth file)."""
+    """This interpreter's site-packages dirs (what setup.sh lists in .venv's .pth file), including those that
+    reach it through a .pth file of its own (a venv made by setup.sh on top of another interpreter)."""
     dirs = list(site.getsitepackages()) + [sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]]
+    dirs += [p for p in sys.path if os.path.basename(p.rstrip("/")) in ("site-packages", "dist-packages")]
     if site.ENABLE_USER_SITE:
         dirs.append(site.getusersitepackages())
     out = []
