@@ -81,6 +81,7 @@ def start_to_rank(bed, env, root, repeat):
     (home / "benchmarks").mkdir(parents=True)
     for name in ("launcher", "monitors", "vendors"):
         shutil.copytree(REPO / name, home / name, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy2(REPO / "flagperf_contract.py", home / "flagperf_contract.py")
     shutil.copytree(REPO / "benchmarks" / "common", home / "benchmarks" / "common")
     shutil.copytree(REPO / "tests" / "e2e" / "benchmarks" / "sleeper", home / "benchmarks" / "sleeper")
     import os
@@ -99,7 +100,9 @@ def start_to_rank(bed, env, root, repeat):
             assert p.returncode == 0, p.stdout + p.stderr
             run = next((d / "result").glob("run*"))
             runlog = (run / "flagperf_run.log").read_text().splitlines()
-            launched = next(line for line in runlog if "node_launcher.py --spec" in line)
+            # the "$ <launcher argv>" line, logged as the launcher is started (not the `docker run` line of the
+            # container's creation, which also names the launcher)
+            launched = next(line for line in runlog if ": $ " in line and "node_launcher.py --spec" in line)
             node = next(run.glob("*/round1/*_noderank0"))
             started = next(line for line in (node / "launcher.log").read_text().splitlines()
                            if "rank 0 (local 0) started" in line)

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 MIN_PYTHON = (3, 9)             # os.waitstatus_to_exitcode in the node launcher
 MIN_FREE_BYTES = 1 << 30
+CONTRACT_FILE = "flagperf_contract.py"      # at the root of FLAGPERF_PATH, beside launcher/
 REMEDIES = {
     "connection_refused": "start sshd on the host or fix SSH_PORT",
     "timeout": "check that the host is up and answers (firewall, load); the message says which step timed out",
@@ -112,6 +113,10 @@ def interpret_probe(name: str, python: str, returncode: int, stdout: str, stderr
         return failed(name, "python_too_old", f"{python} is Python {'.'.join(map(str, info['python']))}")
     if not paths.get(fp, {}).get("exists") or not paths.get(launcher_dir, {}).get("exists"):
         return failed(name, "deploy_path_missing", f"{fp} holds no flagperf tree", info)
+    contract = paths.get(f"{fp.rstrip('/')}/{CONTRACT_FILE}")
+    if contract is not None and not contract.get("is_file"):
+        return failed(name, "deploy_path_missing", f"{fp} has launcher/ but no {CONTRACT_FILE} (a tree from an "
+                                                   f"older flagperf, or a FLAGPERF_HOME without it)", info)
     root = paths.get(result_root, {})
     if not root.get("writable"):
         return failed(name, "log_path_not_writable", f"cannot write under {result_root}", info)

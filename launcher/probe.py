@@ -35,6 +35,7 @@ def path_info(p):
     usage = shutil.disk_usage(probe) if probe and os.path.exists(probe) else None
     return {
         "exists": os.path.isdir(p),
+        "is_file": os.path.isfile(p),
         "writable": bool(probe) and os.access(probe, os.W_OK),
         "free_bytes": usage.free if usage else None,
     }

@@ -14,7 +14,7 @@ import shlex
 from pathlib import PurePosixPath
 
 from flagperf.backends.base import Backend, BackendError
-from flagperf.checks import HostCheck, failed, interpret_probe, probe_failure, unique_hosts
+from flagperf.checks import CONTRACT_FILE, HostCheck, failed, interpret_probe, probe_failure, unique_hosts
 from flagperf.deploy import deploy_host, local_manifest, needs_deploy
 from flagperf.hosts import HostError, open_transport
 from flagperf.hosts.fanout import fan_out
@@ -75,7 +75,7 @@ class HostListBackend(Backend):
         launcher_dir = str(PurePosixPath(fp) / "launcher")
         result_root = str(host_result_root(host, self.config))
         argv = [host.python, "-c", probe_source, "--path", fp, "--path", launcher_dir, "--path", result_root,
-                "--flagperf-path", fp, "--accel", vendor.gpu_monitor]
+                "--path", str(PurePosixPath(fp) / CONTRACT_FILE), "--flagperf-path", fp, "--accel", vendor.gpu_monitor]
         if getattr(vendor, "torch_plugin", None):
             argv += ["--torch-plugin", vendor.torch_plugin]
         try:

@@ -92,3 +92,12 @@ def test_needed_accelerators_with_auto():
     assert needed_accelerators(cfg) == {"a": 4, "b": 1}
     cfg.vendor = CPU
     assert needed_accelerators(cfg) == {"a": 4, "b": 0}
+
+
+def test_a_tree_without_the_contract_module_is_named():
+    data = json.loads(answer())
+    data["paths"][f"{FP}/flagperf_contract.py"] = {"exists": False, "is_file": False}
+    c = judge(json.dumps(data))
+    assert c.outcome == "deploy_path_missing" and "flagperf_contract.py" in c.detail
+    data["paths"][f"{FP}/flagperf_contract.py"] = {"exists": False, "is_file": True}
+    assert judge(json.dumps(data)).ok
