@@ -89,12 +89,29 @@ def write_json_atomic(path, obj: Any, indent: int = 1) -> None:
         raise
 
 
+JSON_FILE_MAX_BYTES = 16 * 1024 * 1024    # a record file larger than this is not one of ours
+
+
 def read_json_file(path, record_type):
-    """Read ``path`` and build ``record_type`` from it; ContractError names the file on any problem."""
+    """Read ``path`` and build ``record_type`` from it; ContractError names the file on any problem.
+
+    Only a regular file is read (never through a symlink, never a FIFO or device: O_NOFOLLOW|O_NONBLOCK and
+    fstat), and at most JSON_FILE_MAX_BYTES of it: anything else is "unreadable"."""
+    import stat
     path = os.fspath(path)
     try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
+        st = os.lstat(path)
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError("not a regular file (%s)" % _file_kind(st.st_mode))
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+        with os.fdopen(fd, "rb") as f:
+            st = os.fstat(f.fileno())
+            if not stat.S_ISREG(st.st_mode):
+                raise OSError("not a regular file (%s)" % _file_kind(st.st_mode))
+            raw = f.read(JSON_FILE_MAX_BYTES + 1)
+        if len(raw) > JSON_FILE_MAX_BYTES:
+            raise OSError("larger than %d bytes" % JSON_FILE_MAX_BYTES)
+        data = json.loads(raw.decode("utf-8"))
     except FileNotFoundError:
         raise ContractError("%s: missing" % path) from None
     except (OSError, ValueError) as exc:
@@ -103,6 +120,16 @@ def read_json_file(path, record_type):
         return record_type.from_dict(data)
     except ContractError as exc:
         raise ContractError("%s: %s" % (path, exc)) from None
+
+
+def _file_kind(mode: int) -> str:
+    import stat
+    for test, kind in ((stat.S_ISLNK, "a symlink, not followed"), (stat.S_ISFIFO, "a FIFO"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a directory")):
+        if test(mode):
+            return kind
+    return "a special file"
 
 
 # ------------------------------------------------------------------------------------------ type checking
@@ -245,10 +272,14 @@ class RankReport:
     first_failure: Optional[int] = None     # the global rank that failed first (None: none failed)
     stopped: Optional[str] = None           # why the launcher stopped the ranks, if it did
     signalled: bool = False                 # the launcher itself was stopped by a signal
+    # processes the ranks left behind (they carried the launcher's token) and the launcher ended after them:
+    # {"pid": int, "cmdline": str (cut), "signal": "SIGTERM" | "SIGKILL", "survived": true (only if it did)}
+    reaped: List[Dict[str, Any]] = field(default_factory=list)
 
     _TYPES = {"node_rank": int, "ranks": list, "first_failure": _OPT_INT, "stopped": _OPT_STR,
-              "signalled": bool}
+              "signalled": bool, "reaped": list}
     _REQUIRED = ("node_rank", "ranks")
+    _REAPED_TYPES = {"pid": int, "cmdline": str, "signal": _OPT_STR, "survived": bool}
 
     @classmethod
     def from_dict(cls, data) -> "RankReport":
@@ -260,13 +291,18 @@ class RankReport:
                 ranks.append(RankRecord.from_dict(r))
             except ContractError as exc:
                 raise ContractError("ranks[%d]: %s" % (i, exc)) from None
+        reaped = data.get("reaped", [])     # absent in files written before it existed
+        for i, p in enumerate(reaped):
+            problems = _fields(p, cls._REAPED_TYPES, ("pid",), "a reaped process")
+            if problems:
+                raise ContractError("reaped[%d]: %s" % (i, "; ".join(problems)))
         return cls(data["node_rank"], ranks, data.get("first_failure"), data.get("stopped"),
-                   bool(data.get("signalled", False)))
+                   bool(data.get("signalled", False)), [dict(p) for p in reaped])
 
     def to_dict(self) -> dict:
         return {"schema": RANKS_SCHEMA, "node_rank": self.node_rank, "stopped": self.stopped,
                 "signalled": self.signalled, "first_failure": self.first_failure,
-                "ranks": [r.to_dict() for r in self.ranks]}
+                "ranks": [r.to_dict() for r in self.ranks], "reaped": [dict(p) for p in self.reaped]}
 
     def rank(self, rank: int) -> Optional[RankRecord]:
         for r in self.ranks:

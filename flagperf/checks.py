@@ -2,8 +2,8 @@
 
 Outcomes: ok, connection_refused, timeout, auth_failed, unknown_host_key, changed_host_key, unreachable,
 deploy_failed, deploy_path_missing, python_missing, python_too_old, torch_missing, vendor_unusable, low_disk,
-log_path_not_writable, too_few_accelerators, error. Backends connect and probe (``flagperf.backends``); this
-module only judges what they found.
+log_path_not_writable, too_few_accelerators, port_in_use, error. Backends connect and probe
+(``flagperf.backends``); this module only judges what they found.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ REMEDIES = {
     "low_disk": "free at least 1 GiB under the result directory",
     "log_path_not_writable": "make the result directory writable for the SSH user",
     "too_few_accelerators": "lower nproc (or use auto) or use hosts with more accelerators",
+    "port_in_use": "stop what listens on MASTER_PORT on node 0, or set another MASTER_PORT in the cluster config",
     "error": "see the message",
 }
 
@@ -123,6 +124,10 @@ def interpret_probe(name: str, python: str, returncode: int, stdout: str, stderr
     free = root.get("free_bytes") or 0
     if free < MIN_FREE_BYTES:
         return failed(name, "low_disk", f"{free // (1 << 20)} MiB free under {result_root}", info)
+    port = info.get("master_port")
+    if isinstance(port, dict) and port.get("free") is False:
+        return failed(name, "port_in_use", f"MASTER_PORT {port.get('port')} is taken on node 0 ({port.get('error')}); "
+                                           f"rank 0 could not listen there", info)
     in_container = runtime == "docker"
     if info.get("torch") is None and not in_container:
         return failed(name, "torch_missing", f"{python} cannot import torch: {info.get('torch_error')}", info)

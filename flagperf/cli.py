@@ -93,10 +93,13 @@ def run(config_path, cluster_path, accept_new_host_keys, dry_run):
         console.print(f"[dim]{datetime.now():%H:%M:%S}[/] {msg}", markup=True, highlight=False) \
             if "[" not in msg else console.print(f"{datetime.now():%H:%M:%S} {msg}", markup=False)
 
+    from flagperf.errors import Interrupted
+    import logging
+    logging.raiseExceptions = False     # a full disk under the run log must not print tracebacks on stderr
     try:
         runner = Run(plan, say=say, accept_new_host_keys=accept_new_host_keys)
         code = runner.execute()
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, Interrupted):
         sys.exit(EXIT_INTERRUPTED)
     except Exception as exc:  # noqa: BLE001 - one line for the user, the traceback in the run log
         import logging

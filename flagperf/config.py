@@ -7,6 +7,8 @@ the line where YAML gives one, the key, and what was expected.
 from __future__ import annotations
 
 import difflib
+import math
+import os
 import re
 import sys
 from dataclasses import dataclass, field
@@ -16,9 +18,10 @@ from flagperf.backends import backend_names, registration
 from flagperf.catalog import benchmark_names
 from flagperf.container_opts import merge, translate_container_opt
 from flagperf.errors import ConfigError
+from flagperf.hosts.treesync import COLLECT_MAX_BYTES
 from flagperf.paths import SOURCE_ROOT, default_log_path
-from flagperf.vendors import ContainerSpec, VendorProfile, detect_vendor, load_vendor, vendor_names
-from flagperf.yamlio import LineMap, load_yaml_file, where
+from flagperf.vendors import ContainerSpec, VendorProfile, check_size, detect_vendor, load_vendor, vendor_names
+from flagperf.yamlio import LineMap, load_yaml_file, one_line, where
 
 LOCALHOST = "localhost"
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -26,10 +29,19 @@ LOG_LEVELS = ("debug", "info", "warning", "error")
 TEST_KEYS = (
     "VENDOR", "RUNTIME", "FLAGPERF_PATH", "FLAGPERF_LOG_PATH", "FLAGPERF_LOG_LEVEL", "SHM_SIZE",
     "CLEAR_CACHES", "ACCE_CONTAINER_OPT", "ACCE_VISIBLE_DEVICE_ENV_NAME", "PIP_SOURCE", "CLUSTER", "CASES",
-    "MONITOR_INTERVAL", "CASE_TIMEOUT", "DOCKER_BUILD_ARGS", "EXTRA_CA_BUNDLE",
+    "MONITOR_INTERVAL", "CASE_TIMEOUT", "DOCKER_BUILD_ARGS", "EXTRA_CA_BUNDLE", "COLLECT_MAX_BYTES",
 )
 CLUSTER_KEYS = ("SCHEDULER", "HOSTS", "SSH_PORT", "SSH_USER", "SSH_KEY", "KNOWN_HOSTS", "MASTER_PORT", "PYTHON")
 HOST_KEYS = ("HOST", "SSH_PORT", "SSH_USER", "SSH_KEY", "PYTHON", "FLAGPERF_PATH")
+
+# Upper bounds (docs/configuration.md lists them): a value past one is a typo, not a plan.
+MAX_NNODES = 10_000
+MAX_HOSTS = 10_000
+MAX_NPROC = 1024
+MAX_REPEAT = 1000
+MIN_MONITOR_INTERVAL, MAX_MONITOR_INTERVAL = 0.05, 3600.0
+MAX_CASE_TIMEOUT = 30 * 24 * 3600.0         # 30 days
+MAX_PATH_BYTES, MAX_NAME_BYTES = 4095, 255  # Linux PATH_MAX - 1 and NAME_MAX
 
 
 @dataclass(frozen=True)
@@ -44,6 +56,7 @@ class CaseSpec:
     data_dir: str | None = None
 
     FIELDS = ("model", "framework", "hw", "nnodes", "nproc", "repeat")
+    LIMITS = {"nnodes": MAX_NNODES, "nproc": MAX_NPROC, "repeat": MAX_REPEAT}
 
     @classmethod
     def parse(cls, key: str, data_dir: str | None = None) -> "CaseSpec":
@@ -63,9 +76,11 @@ class CaseSpec:
             if name == "nproc" and value.lower() == "auto":
                 numbers.append(None)
                 continue
-            if not re.fullmatch(r"[0-9]+", value) or int(value) < 1:
+            if not re.fullmatch(r"[0-9]+", value) or not value.strip("0"):
                 more = " or auto" if name == "nproc" else ""
                 raise ValueError(f"{name} must be a positive integer{more}, got {value!r}")
+            if len(value.lstrip("0")) > 6 or int(value) > cls.LIMITS[name]:
+                raise ValueError(f"{name} must be at most {cls.LIMITS[name]}, got {value!r}")
             numbers.append(int(value))
         model, framework, hw = parts[:3]
         nnodes, nproc, repeat = numbers
@@ -118,6 +133,7 @@ class TestConfig:
     cases: tuple
     docker_build_args: tuple = ()       # ((name, value), ...) for image builds
     extra_ca_bundle: str | None = None  # a CA bundle added to images (corporate TLS proxies)
+    collect_max_bytes: int = COLLECT_MAX_BYTES  # at most this much of a node directory is collected to the driver
 
 
 @dataclass(frozen=True)
@@ -147,6 +163,7 @@ class Config:
             "CASE_TIMEOUT": t.case_timeout,
             "DOCKER_BUILD_ARGS": dict(t.docker_build_args),
             "EXTRA_CA_BUNDLE": t.extra_ca_bundle,
+            "COLLECT_MAX_BYTES": t.collect_max_bytes,
             "CLUSTER": str(c.path) if c.path else None,
             "CASES": {case.key: case.data_dir for case in t.cases},
             "cluster": {
@@ -173,11 +190,11 @@ class _Checker:
         self.problems.append(f"{where(self.path, mapping, key)}: {label or key}: {message}")
 
     def unknown_keys(self, mapping, known, prefix=""):
-        for key in mapping:
-            if key not in known:
-                close = difflib.get_close_matches(str(key).upper(), known, n=1, cutoff=0.6)
-                hint = f"; did you mean {close[0]}?" if close else f"; known keys: {', '.join(known)}"
-                self.problems.append(f"{where(self.path, mapping, key)}: {prefix}{key}: unknown key{hint}")
+        for i, key in enumerate(k for k in mapping if k not in known):
+            # A suggestion for the first 100 only: difflib on thousands of keys would take seconds.
+            close = difflib.get_close_matches(str(key)[:100].upper(), known, n=1, cutoff=0.6) if i < 100 else []
+            hint = f"; did you mean {close[0]}?" if close else f"; known keys: {', '.join(known)}"
+            self.problems.append(f"{where(self.path, mapping, key)}: {prefix}{key}: unknown key{hint}")
 
     def get(self, mapping, key, types, default, label=None):
         if key not in mapping or mapping[key] is None and type(None) not in _tuple(types):
@@ -195,13 +212,57 @@ class _Checker:
         value = self.get(mapping, key, str, None, label)
         if value is None:
             return default
-        return str(resolve(self.path, value))
+        try:
+            return str(resolve(self.path, value))
+        except ValueError as exc:
+            self.add(mapping, key, str(exc), label)
+            return default
 
 
 def resolve(config_file: Path, value: str) -> Path:
-    """Resolve a path from a config file: ``~`` expands, relative paths are relative to the file's folder."""
-    p = Path(value).expanduser()
-    return p if p.is_absolute() else (Path(config_file).resolve().parent / p).resolve()
+    """Resolve a path from a config file: ``~`` expands, relative paths are relative to the file's folder.
+
+    ValueError says why ``value`` cannot be a path: not a string, empty, a NUL, ``~user`` of no such user,
+    too long, or a symlink loop."""
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"expected a non-empty path, got {value!r}")
+    if "\0" in value:
+        raise ValueError(f"a path may not hold a NUL character, got {value!r}")
+    try:
+        p = Path(value).expanduser()
+    except RuntimeError:        # ~user of no such user
+        p = Path(value)
+    if str(p).startswith("~"):
+        raise ValueError(f"cannot expand {value!r}: no such user's home directory")
+    _check_length(value, str(p))
+    try:
+        resolved = p if p.is_absolute() else (Path(config_file).resolve().parent / p).resolve()
+    except (OSError, RuntimeError, ValueError) as exc:       # symlink loop (RuntimeError in 3.11/3.12)
+        raise ValueError(f"cannot resolve {value!r}: {_reason(exc)}") from None
+    _check_length(value, str(resolved))
+    return resolved
+
+
+def _check_length(value: str, path: str) -> None:
+    try:
+        raw = os.fsencode(path)
+    except UnicodeEncodeError:
+        raise ValueError(f"cannot encode {value!r} as a file name") from None
+    if len(raw) > MAX_PATH_BYTES or any(len(part) > MAX_NAME_BYTES for part in raw.split(b"/")):
+        raise ValueError(f"path too long ({len(raw)} bytes; at most {MAX_PATH_BYTES}, and {MAX_NAME_BYTES} per "
+                         f"name): {value[:60]!r}{'...' if len(value) > 60 else ''}")
+
+
+def _reason(exc: BaseException) -> str:
+    return exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+
+
+def _is(test, path) -> bool:
+    """``Path(path).is_dir()`` (or another test) that says False where the OS refuses to answer."""
+    try:
+        return bool(getattr(Path(path), test)())
+    except (OSError, ValueError):
+        return False
 
 
 def _tuple(types):
@@ -217,7 +278,28 @@ def _describe(types) -> str:
 def load_config(test_path, cluster_override=None, *, source_root: Path = SOURCE_ROOT, detect=detect_vendor) -> Config:
     """Load and validate the test config (and the cluster config it names, or ``cluster_override``)."""
     problems: list[str] = []
-    test_path = Path(test_path).expanduser().resolve()
+    try:
+        config = _load_config(test_path, cluster_override, problems, source_root, detect)
+    except ConfigError as exc:
+        raise ConfigError([one_line(p) for p in exc.problems]) from None
+    if problems:
+        raise ConfigError([one_line(p) for p in problems])
+    assert config is not None
+    return config
+
+
+def _cli_path(value, what) -> Path:
+    """A path given on the command line (--config, --cluster), resolved; ConfigError when it cannot be."""
+    try:
+        return resolve(Path.cwd() / "-", str(value)).resolve()
+    except ValueError as exc:
+        raise ConfigError(f"{value}: {what}: {exc}") from None
+    except (OSError, RuntimeError) as exc:
+        raise ConfigError(f"{value}: {what}: cannot resolve: {_reason(exc)}") from None
+
+
+def _load_config(test_path, cluster_override, problems, source_root, detect) -> Config | None:
+    test_path = _cli_path(test_path, "--config")
     data, problems_yaml = load_yaml_file(test_path)
     if problems_yaml:
         raise ConfigError(problems_yaml)
@@ -228,15 +310,23 @@ def load_config(test_path, cluster_override=None, *, source_root: Path = SOURCE_
 
     # Cluster first: the cases are checked against its hosts.
     cluster_file = None
+    cluster_bad = False
     if cluster_override is not None:
-        cluster_file = Path(cluster_override).expanduser().resolve()
+        cluster_file = _cli_path(cluster_override, "--cluster")
         origin = f"{cluster_file}: --cluster"
     else:
         value = ck.get(data, "CLUSTER", str, None)
-        if value:
-            cluster_file = resolve(test_path, value)
-            origin = f"{where(test_path, data, 'CLUSTER')}: CLUSTER: {cluster_file}"
-    if cluster_file is not None and not cluster_file.exists():
+        cluster_bad = "CLUSTER" in data and data["CLUSTER"] is not None and value is None
+        if value is not None:
+            try:
+                cluster_file = resolve(test_path, value)
+                origin = f"{where(test_path, data, 'CLUSTER')}: CLUSTER: {cluster_file}"
+            except ValueError as exc:
+                ck.add(data, "CLUSTER", str(exc))
+                cluster_bad = True
+    if cluster_bad:
+        cluster = None
+    elif cluster_file is not None and not _is("exists", cluster_file):
         problems.append(f"{origin}: file not found; expected a cluster config (YAML with HOSTS)")
         cluster = None
     else:
@@ -274,8 +364,8 @@ def load_config(test_path, cluster_override=None, *, source_root: Path = SOURCE_
         ck.add(data, "FLAGPERF_LOG_LEVEL", f"expected one of {', '.join(LOG_LEVELS)}, got {log_level!r}")
         log_level = "info"
     shm_size = str(ck.get(data, "SHM_SIZE", (str, int), "32G"))
-    if not re.fullmatch(r"[0-9]+(\.[0-9]+)?[bkmgtBKMGT]?[bB]?", shm_size):
-        ck.add(data, "SHM_SIZE", f"expected a size such as 32G or 512M, got {shm_size!r}")
+    if check_size(shm_size):
+        ck.add(data, "SHM_SIZE", check_size(shm_size))
     clear_caches = ck.get(data, "CLEAR_CACHES", bool, False)
     container_opt = ck.get(data, "ACCE_CONTAINER_OPT", str, "")
     overrides, opt_problems = translate_container_opt(container_opt)
@@ -287,11 +377,15 @@ def load_config(test_path, cluster_override=None, *, source_root: Path = SOURCE_
         ck.add(data, "ACCE_VISIBLE_DEVICE_ENV_NAME", f"expected an environment variable name, got {visible_env!r}")
     pip_source = ck.get(data, "PIP_SOURCE", str, "")
     interval = ck.get(data, "MONITOR_INTERVAL", (int, float), 1.0)
-    if not interval > 0:
-        ck.add(data, "MONITOR_INTERVAL", f"expected a number of seconds > 0, got {interval!r}")
+    if not MIN_MONITOR_INTERVAL <= interval <= MAX_MONITOR_INTERVAL:     # False for nan too
+        ck.add(data, "MONITOR_INTERVAL", f"expected a number of seconds from {MIN_MONITOR_INTERVAL} to "
+                                         f"{MAX_MONITOR_INTERVAL:g}, got {interval!r}")
+        interval = 1.0
     timeout = ck.get(data, "CASE_TIMEOUT", (int, float), 7200.0)
-    if not timeout > 0:
-        ck.add(data, "CASE_TIMEOUT", f"expected a number of seconds > 0, got {timeout!r}")
+    if not (0 < timeout <= MAX_CASE_TIMEOUT and math.isfinite(timeout)):
+        ck.add(data, "CASE_TIMEOUT", f"expected a number of seconds > 0 and at most {MAX_CASE_TIMEOUT:.0f} "
+                                     f"(30 days), got {timeout!r}")
+        timeout = 7200.0
     build_args = ck.get(data, "DOCKER_BUILD_ARGS", dict, {})
     for name, value in build_args.items():
         if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name) or \
@@ -299,13 +393,17 @@ def load_config(test_path, cluster_override=None, *, source_root: Path = SOURCE_
             ck.add(data, "DOCKER_BUILD_ARGS", f"expected NAME: value pairs (strings or numbers), got {name!r}: "
                                               f"{value!r}")
     ca_bundle = ck.path_value(data, "EXTRA_CA_BUNDLE")
-    if ca_bundle and not Path(ca_bundle).is_file():
+    if ca_bundle and not _is("is_file", ca_bundle):
         ck.add(data, "EXTRA_CA_BUNDLE", f"expected a CA bundle file (PEM), {ca_bundle} does not exist")
+    collect_max = ck.get(data, "COLLECT_MAX_BYTES", int, COLLECT_MAX_BYTES)
+    if not collect_max > 0:
+        ck.add(data, "COLLECT_MAX_BYTES", f"expected a number of bytes > 0, got {collect_max!r}")
+        collect_max = COLLECT_MAX_BYTES
 
     cases = _load_cases(ck, data, cluster, vendor, source_root)
 
     if problems:
-        raise ConfigError(problems)
+        return None
     test = TestConfig(
         path=test_path, vendor=vendor_name, vendor_reason=reason, runtime=runtime, flagperf_path=flagperf_path,
         log_path=log_path, log_level=log_level, shm_size=shm_size, clear_caches=clear_caches,
@@ -313,6 +411,7 @@ def load_config(test_path, cluster_override=None, *, source_root: Path = SOURCE_
         monitor_interval=float(interval), case_timeout=float(timeout), cases=tuple(cases),
         docker_build_args=tuple(sorted((str(k), str(v)) for k, v in build_args.items())),
         extra_ca_bundle=ca_bundle,
+        collect_max_bytes=collect_max,
     )
     assert cluster is not None and vendor is not None      # else a problem was reported above
     hosts = tuple(
@@ -333,6 +432,7 @@ def _load_cases(ck: _Checker, data, cluster, vendor, source_root) -> list:
         ck.add(data, "CASES", "expected a non-empty mapping 'model:framework:hw:nnodes:nproc:repeat': data_dir")
         return []
     cases = []
+    known = benchmark_names(source_root)
     for key, data_dir in cases_map.items():
         label = f"CASES[{key!r}]"
         try:
@@ -343,9 +443,20 @@ def _load_cases(ck: _Checker, data, cluster, vendor, source_root) -> list:
         if data_dir is not None and not isinstance(data_dir, str):
             ck.add(cases_map, key, f"expected the data directory as a string (or null), got {data_dir!r}", label)
             continue
-        resolved = str(resolve(ck.path, data_dir)) if data_dir else None
+        if data_dir is not None and ":" in data_dir:
+            ck.add(cases_map, key, f"the data directory may not hold ':' (it is bind-mounted as "
+                                   f"host:container), got {data_dir!r}", label)
+            continue
+        try:
+            resolved = str(resolve(ck.path, data_dir)) if data_dir is not None else None
+        except ValueError as exc:
+            ck.add(cases_map, key, f"data directory: {exc}", label)
+            continue
+        if resolved is not None and ":" in resolved:
+            ck.add(cases_map, key, f"the data directory may not hold ':' (it is bind-mounted as "
+                                   f"host:container), got {resolved!r} from {data_dir!r}", label)
+            continue
         bench = source_root / "benchmarks" / case.model
-        known = benchmark_names(source_root)
         if case.model not in known:
             close = difflib.get_close_matches(case.model, known, n=1)
             hint = f"did you mean {close[0]}?" if close else f"known: {', '.join(known)}"
@@ -362,7 +473,7 @@ def _load_cases(ck: _Checker, data, cluster, vendor, source_root) -> list:
                                    "its MASTER_ADDR 127.0.0.1; list this machine by an address they can reach",
                    label)
         elif cluster is not None and resolved and any(h.is_local for h in cluster.hosts[:case.nnodes]):
-            if not Path(resolved).is_dir():
+            if not _is("is_dir", resolved):
                 ck.add(cases_map, key, f"data directory {resolved} does not exist on localhost", label)
         cases.append(CaseSpec(key, case.model, case.framework, case.hw, case.nnodes, case.nproc, case.repeat,
                               data_dir=resolved))
@@ -402,11 +513,14 @@ def _load_cluster(path: Path | None, problems: list) -> ClusterConfig | None:
         problems.append(f"{path}: HOSTS: required key is missing; expected a list of addresses")
     elif not isinstance(hosts_raw, list) or not hosts_raw:
         ck.add(data, "HOSTS", "expected a non-empty list of addresses or {HOST: ...} mappings")
+    elif len(hosts_raw) > MAX_HOSTS:
+        ck.add(data, "HOSTS", f"expected at most {MAX_HOSTS} hosts, got {len(hosts_raw)}")
     else:
         for i, entry in enumerate(hosts_raw):
             label = f"HOSTS[{i}]"
             if isinstance(entry, str) and entry.strip():
                 address, entry = entry.strip(), LineMap()
+                entry.lines = {}
             elif isinstance(entry, LineMap):
                 ck.unknown_keys(entry, HOST_KEYS, prefix=f"{label}.")
                 address = ck.get(entry, "HOST", str, None, f"{label}.HOST")
@@ -417,7 +531,7 @@ def _load_cluster(path: Path | None, problems: list) -> ClusterConfig | None:
                 problems.append(f"{where(path, data, 'HOSTS')}: {label}: expected an address string or a mapping "
                                 f"with HOST, got {entry!r}")
                 continue
-            if not re.fullmatch(r"[A-Za-z0-9_.:%\[\]-]+", address):
+            if len(address) > 253 or not re.fullmatch(r"[A-Za-z0-9_.:%\[\]-]+", address):
                 problems.append(f"{where(path, data, 'HOSTS')}: {label}: {address!r} is not a host name or address")
                 continue
             host_python = ck.get(entry, "PYTHON", str, None, f"{label}.PYTHON")
@@ -433,6 +547,8 @@ def _load_cluster(path: Path | None, problems: list) -> ClusterConfig | None:
             ))
     if not hosts:
         return None     # the problems are reported above; checking the cases against 0 hosts would only repeat them
+    if any(not h.is_local for h in hosts) and Path(known_hosts).is_dir():
+        ck.add(data, "KNOWN_HOSTS", f"expected a known_hosts file, {known_hosts} is a directory")
     return ClusterConfig(path, tuple(hosts), known_hosts, master_port or 29501, scheduler)
 
 
@@ -441,7 +557,18 @@ def _host_path(ck, entry, label) -> str:
     if value is None:
         return ""
     # Remote paths are taken as written (absolute); only localhost paths resolve against the file.
-    return str(resolve(ck.path, value)) if not value.startswith("/") else value
+    try:
+        return str(resolve(ck.path, value)) if not value.startswith("/") else str(_checked_remote(value))
+    except ValueError as exc:
+        ck.add(entry, "FLAGPERF_PATH", str(exc), f"{label}.FLAGPERF_PATH")
+        return ""
+
+
+def _checked_remote(value: str) -> str:
+    if "\0" in value:
+        raise ValueError(f"a path may not hold a NUL character, got {value!r}")
+    _check_length(value, value)
+    return value
 
 
 def _port(ck, mapping, key, default, label=None) -> int | None:

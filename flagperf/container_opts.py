@@ -10,8 +10,8 @@ import dataclasses
 import re
 import shlex
 
-from flagperf.vendors import (IPC_MODES, LIST_FIELDS, SIZE, ULIMIT_NAMES, ContainerSpec, check_device,
-                              check_group, check_volume, check_word, device_target, parse_ulimit, split_volume)
+from flagperf.vendors import (IPC_MODES, LIST_FIELDS, ULIMIT_NAMES, ContainerSpec, check_device, check_group,
+                              check_size, check_volume, check_word, device_target, parse_ulimit, split_volume)
 
 KEY = "ACCE_CONTAINER_OPT"
 # option -> (field, takes a value); short forms map to their long one
@@ -83,8 +83,8 @@ def _apply(out: dict, field: str, value) -> str | None:
             return f"expected one of {', '.join(IPC_MODES)}"
         out["ipc_mode"] = value
     elif field == "shm_size":
-        if not SIZE.fullmatch(value):
-            return "expected a size such as 32G or 512M"
+        if check_size(value):
+            return "expected a size from 1M to 16T, such as 32G or 512M"
         out["shm_size"] = value
     elif field == "runtime":
         if not re.fullmatch(r"[A-Za-z0-9_.-]+", value):

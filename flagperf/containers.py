@@ -19,7 +19,7 @@ LABEL_RUN, LABEL_CASE, LABEL_ROUND, LABEL_NODE = "flagperf.run", "flagperf.case"
 # environment_variables.sh (both logged to env_prepare.log), then exec the node launcher.
 PREPARE_AND_LAUNCH = " ".join([
     'bench=$1; node=$2; shift 2;',
-    '{ echo "# environment preparation in $bench";',
+    '{ echo "# environment preparation in $bench (package index: ${PIP_INDEX_URL:-the default})";',
     'if [ -f "$bench/requirements.txt" ]; then',
     'echo "\\$ python3 -m pip install -r $bench/requirements.txt ${PIP_INDEX_URL:+--index-url $PIP_INDEX_URL}";',
     'python3 -m pip install --disable-pip-version-check -r "$bench/requirements.txt"',
@@ -94,17 +94,20 @@ class ContainerRun:
 
 
 def container_run(spec, *, name: str, image: str, image_folder: str = "", command=(), workdir: str = "/",
-                  extra_mounts=(), labels=(), shm_size_default: str = "32G") -> ContainerRun:
+                  extra_mounts=(), labels=(), shm_size_default: str = "32G", extra_env=()) -> ContainerRun:
     """One node's ContainerRun from the vendor's ContainerSpec (vendors.py): its volumes, then ``extra_mounts``
-    ((host, container, mode), ...) for paths the vendor did not mount itself."""
+    ((host, container, mode), ...) for paths the vendor did not mount itself; its env, then ``extra_env``
+    ((name, value), ...) for the names it does not set itself (PIP_INDEX_URL from PIP_SOURCE)."""
     from flagperf.vendors import split_volume
     mounts = [split_volume(v) for v in spec.volumes]
     for m in extra_mounts:
         if m[0] and all(have[0] != m[0] for have in mounts):
             mounts.append(tuple(m))
+    env = list(spec.env)
+    env += [(k, v) for k, v in extra_env if all(have[0] != k for have in env)]
     return ContainerRun(
         name=name, image=image, image_folder=image_folder, command=tuple(command), workdir=workdir,
-        mounts=tuple(mounts), env=tuple(spec.env), labels=tuple(labels), gpus=spec.gpus, devices=tuple(spec.devices),
+        mounts=tuple(mounts), env=tuple(env), labels=tuple(labels), gpus=spec.gpus, devices=tuple(spec.devices),
         shm_size=spec.shm_size or shm_size_default, ulimits=tuple(spec.ulimits), ipc_mode=spec.ipc_mode,
         network_mode=spec.network_mode, privileged=spec.privileged, cap_add=tuple(spec.cap_add),
         group_add=tuple(spec.group_add), security_opt=tuple(spec.security_opt), runtime=spec.runtime)

@@ -22,5 +22,6 @@ class ConfigError(FlagperfError):
         super().__init__("\n".join(self.problems))
 
 
-class Interrupted(FlagperfError):
-    """Raised in the main thread on SIGINT/SIGTERM. Exit code 130."""
+class Interrupted(BaseException):
+    """Raised in the main thread on SIGINT/SIGTERM. Exit code 130. A BaseException, like KeyboardInterrupt, so
+    that no ``except Exception`` on the way (a host step that fails "normally") can swallow it."""

@@ -81,12 +81,16 @@ def image_spec(config, framework: str) -> ImageSpec:
     return ImageSpec(config.vendor.name, framework, folder, tuple(sorted(args.items())), ca)
 
 
-def ensure_image(client, spec: ImageSpec, log_path: Path, nocache: bool = False) -> tuple:
+def ensure_image(client, spec: ImageSpec, log_path: Path, nocache: bool = False,
+                 build_timeout: float | None = 1800) -> tuple:
     """Build the image on this daemon unless the tag is there. Returns (tag, built: bool).
 
-    The build output goes to log_path; a failed build raises ImageError with its last lines.
+    The look-up uses the client's own (short) timeout; the build may go ``build_timeout`` seconds without a line
+    of output (None: forever). The build output goes to log_path; a failed or silent build raises ImageError
+    with its last lines.
     """
     import docker
+    import requests
     try:
         client.images.get(spec.tag)
         return spec.tag, False
@@ -101,7 +105,7 @@ def ensure_image(client, spec: ImageSpec, log_path: Path, nocache: bool = False)
             stream = client.api.build(fileobj=spec.context(), custom_context=True, tag=spec.tag, rm=True,
                                       nocache=nocache, forcerm=True, buildargs=dict(spec.build_args), decode=True,
                                       labels={"flagperf.image": spec.repository, "flagperf.digest": spec.digest()},
-                                      network_mode="host")
+                                      network_mode="host", timeout=build_timeout)
             for chunk in stream:
                 text = chunk.get("stream") or chunk.get("status") or ""
                 if "error" in chunk:
@@ -113,6 +117,11 @@ def ensure_image(client, spec: ImageSpec, log_path: Path, nocache: bool = False)
                     del lines[:-40]
         except docker.errors.APIError as exc:
             error = str(exc)
+            log.write(f"ERROR: {error}\n")
+        except (requests.exceptions.Timeout, requests.exceptions.ConnectionError) as exc:
+            silent = isinstance(exc, requests.exceptions.Timeout) or "timed out" in str(exc)
+            error = (f"no output from the daemon for {build_timeout:g} s" if silent and build_timeout
+                     else f"the daemon connection failed: {exc}")
             log.write(f"ERROR: {error}\n")
     if error:
         raise ImageError(f"building {spec.tag} failed: {error.strip().splitlines()[-1] if error.strip() else error}",

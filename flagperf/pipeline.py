@@ -27,6 +27,7 @@ import yaml
 
 from flagperf import __version__
 from flagperf.backends import Backend, BackendError, open_backend
+from flagperf.backends.base import HEARTBEAT_INTERVAL_S, HEARTBEAT_TIMEOUT_S
 from flagperf.checks import failed, needed_accelerators
 from flagperf.errors import EXIT_CASE_FAILED, EXIT_HOSTS, EXIT_INTERRUPTED, EXIT_OK, Interrupted
 from flagperf.hosts.fanout import fan_out
@@ -42,6 +43,7 @@ from flagperf_contract import (RANKS_FILE, ContractError, RankReport, now_iso, r
 
 RUN_LOG = "flagperf_run.log"
 STOP_GRACE_S = 15.0        # after SIGTERM to a node launcher (it gives its ranks 10 s), before SIGKILL
+HURRY_GRACE_S = 2.0        # interrupted: after this, a second SIGTERM makes the launchers SIGKILL their ranks
 TAIL_LINES = 12
 RUN_SCHEMA = "flagperf.run/1"
 
@@ -85,6 +87,8 @@ class Run:
         self.log = logging.getLogger(f"flagperf.run.{plan.run_id}")
         self.backend = backend or open_backend(self.config, self.log, accept_new_host_keys=accept_new_host_keys)
         self.reported_sensors: set = set()
+        self.lost_hosts: dict = {}          # address -> why: hosts that stopped answering during a round
+        self.summary_problem: str | None = None
         self.summary = self._empty_summary(plan)
 
     def _empty_summary(self, plan) -> Summary:
@@ -102,7 +106,13 @@ class Run:
     # -- the run ------------------------------------------------------------------------------------------------
     def execute(self) -> int:
         t0 = time.monotonic()
-        self._open_run_dir()
+        try:
+            self._open_run_dir()
+        except OSError as exc:
+            self._close_log()
+            self.backend.close()
+            self.say(f"ERROR: cannot create the run directory {self.plan.run_dir}: {_oserror(exc)}; nothing was run")
+            return EXIT_HOSTS
         code = EXIT_OK
         old_term = signal.signal(signal.SIGTERM, _raise_interrupted)
         try:
@@ -134,13 +144,19 @@ class Run:
             return EXIT_INTERRUPTED
         if code != EXIT_OK:
             return code
+        if self.summary_problem:
+            return EXIT_CASE_FAILED
         return EXIT_OK if self.summary.status == Status.PASSED else EXIT_CASE_FAILED
 
     def _finish(self, t0):
         s, plan = self.summary, self.plan
         s.finished = now_iso()
         s.duration_s = time.monotonic() - t0
-        s.save(plan.run_dir / "summary.json")
+        try:
+            s.save(plan.run_dir / "summary.json")
+        except OSError as exc:      # a full disk, a read-only or vanished run directory: say so, keep going
+            self.summary_problem = f"cannot write {plan.run_dir / 'summary.json'}: {_oserror(exc)}"
+            self.step(self.summary_problem, logging.ERROR)
         written = []
         for name, where in write_reports(s, plan.run_dir):
             if isinstance(where, str):
@@ -229,6 +245,9 @@ class Run:
         launchers: dict = {}
         wait = Wait(WaitEnd.ERROR, "the round did not start")
         try:
+            gone = [n.host.address for n in nodes if n.host.address in self.lost_hosts]
+            if gone:
+                raise BackendError(f"host {gone[0]} was lost earlier in this run ({self.lost_hosts[gone[0]]})")
             if t.clear_caches:
                 self._clear_caches(nodes)
             for o in fan_out(nodes, self.backend.prepare_node, deadline_s=600):
@@ -247,7 +266,7 @@ class Run:
                     problems.append(o.error if o.key.label in o.error else f"{o.key.label}: {o.error}")
             if problems:
                 raise BackendError(f"the node launcher did not start: {'; '.join(problems)}")
-            wait = self._wait(launchers, t.case_timeout, label)
+            wait = self._wait(nodes, launchers, t.case_timeout, label)
         except KeyboardInterrupt:
             wait = Wait(WaitEnd.INTERRUPTED, "interrupted (SIGINT)")
             raise
@@ -264,9 +283,14 @@ class Run:
             self.step(f"{label}: {wait.reason}", level=logging.ERROR)
         finally:
             with _signals_deferred():
+                hurry = wait.end == WaitEnd.INTERRUPTED
+                if hurry:       # interrupted: exit within seconds; a second signal makes the launchers SIGKILL
+                    self._stop(launchers, "launcher", signal.SIGTERM, HURRY_GRACE_S, second=signal.SIGTERM)
                 self._stop(launchers, "launcher", signal.SIGTERM, STOP_GRACE_S)
-                self._stop(monitors, "monitor", signal.SIGTERM, 5.0)
+                self._stop(monitors, "monitor", signal.SIGTERM, 2.0 if hurry else 5.0)
                 for node in nodes:
+                    if node.host.address in self.lost_hosts:
+                        continue
                     try:
                         self.backend.cleanup_node(node)
                     except Exception as exc:  # noqa: BLE001 - cleanup goes on for every node
@@ -276,17 +300,33 @@ class Run:
                 self._judge(nodes, launchers, wait, res)
                 self._report_round(label, res)
 
-    def _wait(self, launchers: dict, timeout: float, label: str) -> Wait:
-        """Wait for every node launcher to exit; the first failure stops the others."""
+    def _wait(self, nodes, launchers: dict, timeout: float, label: str) -> Wait:
+        """Wait for every node launcher to exit; the first failure stops the others. Every HEARTBEAT_INTERVAL_S
+        the hosts of the running nodes must answer (within HEARTBEAT_TIMEOUT_S), or the round fails naming the
+        lost host."""
         done: queue.Queue = queue.Queue()
         for name, proc in launchers.items():
             threading.Thread(target=lambda n=name, p=proc: done.put((n, p.wait())), daemon=True).start()
         deadline = time.monotonic() + timeout
         pending, failed_node = set(launchers), None
+        by_label = {n.label: n for n in nodes}
+        next_beat = time.monotonic() + HEARTBEAT_INTERVAL_S
         while pending:
             try:
-                name, code = done.get(timeout=max(0.0, deadline - time.monotonic()))
+                wait_s = max(0.0, min(deadline, next_beat) - time.monotonic())
+                name, code = done.get(timeout=wait_s)
             except queue.Empty:
+                if time.monotonic() < deadline:
+                    next_beat = time.monotonic() + HEARTBEAT_INTERVAL_S
+                    lost = self._heartbeat([by_label[n] for n in pending if n in by_label])
+                    if lost:
+                        node, why = lost
+                        self.step(f"{label}: host {node.host.address} lost ({why}); stopping every node",
+                                  logging.ERROR)
+                        self._stop({n: launchers[n] for n in pending}, "launcher", signal.SIGTERM, STOP_GRACE_S)
+                        return Wait(WaitEnd.HOST_LOST, f"host {node.host.address} stopped answering: {why} "
+                                                       f"(no answer within {HEARTBEAT_TIMEOUT_S:g} s)", node.label)
+                    continue
                 self.step(f"{label}: CASE_TIMEOUT of {timeout:g} s reached; stopping every node", logging.ERROR)
                 self._stop({n: launchers[n] for n in pending}, "launcher", signal.SIGTERM, STOP_GRACE_S)
                 return Wait(WaitEnd.TIMEOUT, f"round exceeded CASE_TIMEOUT ({timeout:g} s)")
@@ -302,8 +342,27 @@ class Run:
             return Wait(WaitEnd.NODE_FAILED, f"node {failed_node} failed", failed_node)
         return Wait(WaitEnd.COMPLETED)
 
-    def _stop(self, procs: dict, what: str, sig, grace: float):
-        """Signal every process still running, wait up to grace, then SIGKILL."""
+    def _heartbeat(self, nodes) -> tuple | None:
+        """(node, why) of the first node whose host does not answer, else None. A lost host is remembered: its
+        processes are not signalled, cleaned up or collected any more (each call would wait for it)."""
+        hosts = {n.host.address: n.host for n in nodes}
+        try:
+            answers = self.backend.heartbeat(list(hosts.values()))
+        except Exception as exc:  # noqa: BLE001 - a heartbeat that cannot run proves nothing either way
+            self.log.warning(f"heartbeat failed: {type(exc).__name__}: {exc}")
+            return None
+        for node in nodes:
+            why = answers.get(node.host.address)
+            if why:
+                self.lost_hosts[node.host.address] = why
+                return node, why
+        return None
+
+    def _stop(self, procs: dict, what: str, sig, grace: float, second=None):
+        """Signal every process still running, wait up to grace, then SIGKILL. Processes on lost hosts are left:
+        signalling them would only wait for a host that does not answer (the host's own watchdogs stop them when
+        their parent connection goes)."""
+        procs = {n: p for n, p in procs.items() if n.rsplit("_noderank", 1)[0] not in self.lost_hosts}
         running = {n: p for n, p in procs.items() if p.wait(0) is None}
         for name, proc in running.items():
             self.log.info(f"{name}: stopping the {what} (pid {proc.pid}) with {signal.Signals(sig).name}")
@@ -311,6 +370,11 @@ class Run:
         deadline = time.monotonic() + grace
         for name, proc in running.items():
             if proc.wait(max(0.0, deadline - time.monotonic())) is None:
+                if second is not None:      # ask again (a node launcher then SIGKILLs its ranks at once)
+                    self.log.info(f"{name}: the {what} did not stop within {grace:g} s; "
+                                  f"{signal.Signals(second).name} again")
+                    proc.signal(second)
+                    continue
                 self.log.warning(f"{name}: the {what} did not stop within {grace:g} s; SIGKILL")
                 proc.signal(signal.SIGKILL)
                 proc.wait(5.0)
@@ -325,6 +389,12 @@ class Run:
                           f"going on", logging.WARNING)
 
     def _collect(self, nodes):
+        for node in nodes:
+            if node.host.address in self.lost_hosts:
+                self.step(f"{node.label}: not collected: host {node.host.address} lost "
+                          f"({self.lost_hosts[node.host.address]}); `flagperf collect` fetches it later",
+                          logging.WARNING)
+        nodes = [n for n in nodes if n.host.address not in self.lost_hosts]
         for o in fan_out(nodes, self.backend.collect, deadline_s=600):
             if o.ok:
                 files, size = o.value
@@ -354,6 +424,11 @@ class Run:
             out = node.local_dir / self.backend.node_output
             ev.output_log, ev.output_tail = str(out), perflog.tail(out, TAIL_LINES)
             evidence.append(ev)
+            reaped = getattr(ev.ranks, "reaped", None) or []
+            if reaped:
+                pids = ", ".join(str(r.get("pid")) for r in reaped[:8]) + (" ..." if len(reaped) > 8 else "")
+                self.step(f"{node.label}: {len(reaped)} process(es) left behind by the ranks were killed "
+                          f"(pids {pids}; see ranks.json)", logging.WARNING)
             summary = NodeSummary(node.label, node.host.address, node.node_rank, ev.launcher_exit,
                                   [r.to_dict() for r in ev.ranks.ranks] if ev.ranks else [])
             try:
@@ -434,6 +509,11 @@ def run_record(plan, backend: str) -> dict:
                    "node_dir": node.node_dir, "local_dir": str(node.local_dir.relative_to(plan.run_dir))}
                   for case in plan.cases for rnd in case.rounds for node in rnd.nodes],
     }
+
+
+def _oserror(exc: OSError) -> str:
+    """'[Errno 28] No space left on device' without the file name the caller already gives."""
+    return f"[Errno {exc.errno}] {exc.strerror}" if exc.errno else str(exc)
 
 
 def _raise_interrupted(signum, _frame):

@@ -9,6 +9,7 @@ environment (in its :class:`~flagperf_contract.LaunchSpec`), the master address,
 from __future__ import annotations
 
 import dataclasses
+import secrets
 import time
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -96,12 +97,13 @@ def hosts_needed(config: Config) -> tuple:
 
 
 def new_run_id(log_path: Path, now: float | None = None) -> str:
+    """``run<YYYYmmddHHMMSS>-<6 hex digits>``: sorted by time, and unique across drivers (two drivers started in
+    the same second on different machines never share a run directory, here or under a host's result root)."""
     base = "run" + time.strftime("%Y%m%d%H%M%S", time.localtime(now))
-    run_id, n = base, 1
-    while (log_path / run_id).exists():
-        n += 1
-        run_id = f"{base}-{n}"
-    return run_id
+    while True:
+        run_id = f"{base}-{secrets.token_hex(3)}"
+        if not (log_path / run_id).exists():
+            return run_id
 
 
 def case_names(cases) -> list:
@@ -275,5 +277,6 @@ def _container(config, case, host, launch, launcher_argv, node_dir, run_id, case
         config.container, name=name, image=image.tag, image_folder=str(image.folder),
         command=("sh", "-c", PREPARE_AND_LAUNCH, "flagperf-prepare", launch.cwd, node_dir, *launcher_argv),
         workdir=launch.cwd, extra_mounts=extra, shm_size_default=config.test.shm_size,
+        extra_env=(("PIP_INDEX_URL", config.test.pip_source),) if config.test.pip_source else (),
         labels=((LABEL_RUN, run_id), (LABEL_CASE, case_name), (LABEL_ROUND, str(round_index)),
                 (LABEL_NODE, str(node_rank))))

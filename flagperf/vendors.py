@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from flagperf.yamlio import load_yaml_file
+from flagperf.yamlio import load_yaml_file, one_line
 
 DEVICES = ("cpu", "cuda", "other")          # other: an untested vendor whose torch device is not cuda
 # torch device types the benchmark harness drives (FLAGPERF_DEVICE) and the torch.distributed backends it
@@ -48,6 +48,8 @@ CONTAINER_KEYS = ("gpus", "devices", "group_add", "cap_add", "security_opt", "vo
 LIST_FIELDS = ("devices", "group_add", "cap_add", "security_opt", "volumes")
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 SIZE = re.compile(r"[0-9]+(\.[0-9]+)?[bkmgtBKMGT]?[bB]?")
+MIN_SIZE = 1024 ** 2                        # shared-memory sizes: at least 1 MiB ...
+MAX_SIZE = 16 * 1024 ** 4                   # ... and at most 16 TiB
 _GLOB = re.compile(r"[*?\[]")
 _MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 
@@ -144,7 +146,7 @@ def parse_ulimit(value) -> tuple:
     expected = f"expected an integer or 'soft:hard' (-1: unlimited), got {value!r}"
     if isinstance(value, int) and not isinstance(value, bool):
         parts = [value]
-    elif isinstance(value, str) and re.fullmatch(r"-?[0-9]+(:-?[0-9]+)?", value.strip()):
+    elif isinstance(value, str) and re.fullmatch(r"-?[0-9]{1,19}(:-?[0-9]{1,19})?", value.strip()):
         parts = [int(x) for x in value.strip().split(":")]
     else:
         raise ValueError(expected)
@@ -152,6 +154,28 @@ def parse_ulimit(value) -> tuple:
     if min(soft, hard) < -1 or (hard != -1 and (soft == -1 or soft > hard)):
         raise ValueError(f"{expected} (soft must not exceed hard)")
     return soft, hard
+
+
+def size_bytes(value) -> int | None:
+    """Bytes of a size such as ``32G``, ``512m``, ``1.5GB`` or ``1048576`` (None: not a size)."""
+    text = str(value) if isinstance(value, (str, int)) and not isinstance(value, bool) else ""
+    if len(text) > 32 or not SIZE.fullmatch(text):
+        return None
+    unit = text.rstrip("bB")[-1:].lower() if text.rstrip("bB")[-1:].isalpha() else ""
+    number = text[:len(text.rstrip("bB")) - len(unit)] if unit else text.rstrip("bB")
+    if not number:
+        return None
+    return int(float(number) * 1024 ** " kmgt".index(unit or " "))
+
+
+def check_size(value) -> str | None:
+    """None for a size from MIN_SIZE to MAX_SIZE, else what was expected."""
+    size = size_bytes(value)
+    if size is None:
+        return f"expected a size such as 32G or 512M, got {value!r}"
+    if not MIN_SIZE <= size <= MAX_SIZE:
+        return f"expected a size from 1M to 16T, got {value!r}"
+    return None
 
 
 def check_env_value(value) -> str | None:
@@ -207,6 +231,11 @@ def load_vendor(root: Path, name: str) -> tuple[VendorProfile | None, list[str]]
         return None, problems
     if not isinstance(data, dict):
         return None, [f"{path}: expected a mapping of vendor keys ({', '.join(_KEYS)})"]
+    profile, problems = _load_profile(root, name, path, data)
+    return profile, [one_line(x) for x in problems]
+
+
+def _load_profile(root: Path, name: str, path: Path, data: dict) -> tuple[VendorProfile | None, list[str]]:
     p = _Problems(path)
     p.unknown(data, _KEYS)
     for key in _REQUIRED:
@@ -261,9 +290,14 @@ def load_vendor(root: Path, name: str) -> tuple[VendorProfile | None, list[str]]
             p.add(f"rank_env.{key}", check_env_value(value))
     peaks = None
     if get["peaks"] is not None:
-        peaks = (path.parent / get["peaks"]).resolve()
-        if not peaks.is_file():
-            p.add("peaks", f"expected a peak table YAML file relative to {path.parent}, {peaks} does not exist")
+        try:
+            peaks = (path.parent / get["peaks"]).resolve()
+            found = bool(get["peaks"]) and peaks.is_file()
+        except (OSError, RuntimeError, ValueError):
+            peaks, found = path.parent / get["peaks"], False
+        if not found:
+            p.add("peaks", f"expected a peak table YAML file relative to {path.parent}, {str(peaks)!r} does not "
+                           f"exist")
     container = _load_container(p, get["container"] or {})
     if p:
         return None, list(p)
@@ -310,8 +344,8 @@ def _load_container(p: _Problems, raw: dict) -> ContainerSpec:
             p.add(f"container.env.{key}", check_env_value(value))
     kw["env"] = tuple((str(k), str(v)) for k, v in env.items())
     shm = p.get(raw, "shm_size", (str, int), None, "container.shm_size")
-    if shm is not None and not SIZE.fullmatch(str(shm)):
-        p.add("container.shm_size", f"expected a size such as 32G or 512M, got {shm!r}")
+    if shm is not None and check_size(shm):
+        p.add("container.shm_size", check_size(shm))
     kw["shm_size"] = None if shm is None else str(shm)
     ulimits = []
     for key, value in p.get(raw, "ulimits", dict, {}, "container.ulimits").items():

@@ -7,14 +7,21 @@ writing stdout and stderr to ``rank<R>.out.log``, and waits for their exits with
 fails, the others are stopped (SIGTERM to each rank's process group, SIGKILL after the grace period).
 On SIGTERM/SIGINT, or when its parent dies, it stops every rank the same way.
 
+Every rank gets ``FLAGPERF_NODE_TOKEN``, a value unique to this launcher, which every descendant inherits, even
+one that left the rank's process group (double fork + setsid). Once the ranks have exited (passed, failed or
+stopped), the launcher scans ``/proc`` for processes whose environment still holds that token and ends them
+(SIGTERM, SIGKILL 2 s later, a few scans to catch processes forked meanwhile): nothing a rank started outlives
+its round. What had to be ended is listed under ``reaped`` in ``ranks.json`` and in ``launcher.log``.
+
 Writes ``launcher.log`` (its own log) and ``ranks.json`` (schema ``flagperf.ranks/1``: every rank's pid and
-exit code). Exit status: 0 when every rank exited 0, 1 when a rank failed, 143 when stopped by a signal,
-2 for a bad spec.
+exit code, and the processes reaped). Exit status: 0 when every rank exited 0, 1 when a rank failed, 143 when
+stopped by a signal, 2 for a bad spec.
 """
 
 import argparse
 import json
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -28,6 +35,128 @@ from flagperf_contract import (LAUNCH_FILE, LAUNCHER_BAD_SPEC_EXIT, LAUNCHER_LOG
                                RankReport, now_iso, rank_log_name, read_json_file, write_json_atomic)
 
 
+NODE_TOKEN_ENV = "FLAGPERF_NODE_TOKEN"     # set for every rank; its value is unique to one node launcher
+REAP_TERM_GRACE_S = 2.0                    # SIGTERM to SIGKILL for processes left behind by the ranks
+REAP_KILL_WAIT_S = 2.0                     # how long to wait for them to vanish after SIGKILL
+REAP_PASSES = 5                            # scans of /proc (a process may fork while it is being ended)
+CMDLINE_MAX = 200                          # characters of a reaped process's command line kept in the report
+
+
+def _token_entry(token, var=NODE_TOKEN_ENV):
+    return f"{var}={token}".encode()
+
+
+def _has_entry(pid, entry):
+    """True when process ``pid`` is alive and its environment holds ``entry`` (b"VAR=value"). A zombie, a
+    process gone, or one whose environment cannot be read (another user's, not dumpable) gives False."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            data = f.read()
+    except OSError:
+        return False
+    return entry in data.split(b"\0")
+
+
+def process_cmdline(pid, limit=CMDLINE_MAX):
+    """The command line of ``pid`` as one string (arguments joined by spaces), cut to ``limit`` characters."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            raw = f.read(limit * 4 + 4)
+    except OSError:
+        return ""
+    text = raw.rstrip(b"\0").replace(b"\0", b" ").decode(errors="replace")
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def find_marked(token, var=NODE_TOKEN_ENV, exclude=()):
+    """{pid: command line} of the live processes whose environment holds ``var=token``; the calling process
+    and the pids in ``exclude`` are left out, and so are processes whose environment cannot be read."""
+    entry = _token_entry(token, var)
+    skip = set(exclude) | {os.getpid()}
+    found = {}
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return found
+    for name in names:
+        if not name.isdigit() or int(name) in skip:
+            continue
+        pid = int(name)
+        if _has_entry(pid, entry):
+            found[pid] = process_cmdline(pid)
+    return found
+
+
+def _signal_marked(pid, entry, sig):
+    """Send ``sig`` to ``pid`` only if it still holds ``entry`` (never to a process that reused the pid).
+    With a pidfd the check and the signal refer to the same process. True when the signal was sent."""
+    pidfd = None
+    if hasattr(os, "pidfd_open") and hasattr(signal, "pidfd_send_signal"):
+        try:
+            pidfd = os.pidfd_open(pid)
+        except ProcessLookupError:
+            return False
+        except OSError:
+            pidfd = None        # kernel without pidfds (< 5.3): check, then signal by pid
+    try:
+        if not _has_entry(pid, entry):
+            return False
+        if pidfd is not None:
+            signal.pidfd_send_signal(pidfd, sig)
+        else:
+            os.kill(pid, sig)
+        return True
+    except (ProcessLookupError, PermissionError):
+        return False
+    finally:
+        if pidfd is not None:
+            os.close(pidfd)
+
+
+def _wait_gone(pids, entry, timeout):
+    """Poll until none of ``pids`` holds ``entry`` any more, at most ``timeout`` seconds; the pids left."""
+    deadline = time.monotonic() + timeout
+    left = [p for p in pids if _has_entry(p, entry)]
+    while left and time.monotonic() < deadline:
+        time.sleep(0.05)
+        left = [p for p in left if _has_entry(p, entry)]
+    return left
+
+
+def reap_marked(token, var=NODE_TOKEN_ENV, exclude=(), term_grace_s=REAP_TERM_GRACE_S,
+                kill_wait_s=REAP_KILL_WAIT_S, passes=REAP_PASSES, log=None):
+    """End every process whose environment holds ``var=token`` (see :func:`find_marked`): SIGTERM, SIGKILL
+    after ``term_grace_s`` to those still there, then scan again (at most ``passes`` scans) for processes forked
+    meanwhile. Returns one entry per process found, in the order found: ``{"pid", "cmdline", "signal"}``
+    (the last signal sent: SIGTERM, or SIGKILL when SIGTERM was not enough), plus ``"survived": True`` for a
+    process still there after the last pass."""
+    log = log or (lambda msg: None)
+    entry = _token_entry(token, var)
+    reaped = {}
+    left = []
+    for _ in range(passes):
+        found = find_marked(token, var, exclude)
+        if not found:
+            left = []
+            break
+        for pid, cmdline in found.items():
+            rec = reaped.setdefault(pid, {"pid": pid, "cmdline": cmdline, "signal": None})
+            sig = signal.SIGKILL if rec["signal"] == "SIGKILL" else signal.SIGTERM
+            if _signal_marked(pid, entry, sig):
+                rec["signal"] = sig.name
+                log(f"reaping pid={pid} left behind by the ranks: {sig.name} cmdline={json.dumps(rec['cmdline'])}")
+        left = _wait_gone(list(found), entry, term_grace_s)
+        for pid in left:
+            if _signal_marked(pid, entry, signal.SIGKILL):
+                reaped[pid]["signal"] = "SIGKILL"
+                log(f"reaping pid={pid}: still there after SIGTERM, SIGKILL")
+        left = _wait_gone(left, entry, kill_wait_s)
+    for pid in left:
+        reaped[pid]["survived"] = True
+        log(f"reaping pid={pid}: still running after SIGKILL ({json.dumps(reaped[pid]['cmdline'])})")
+    return [r for r in reaped.values() if r["signal"] is not None or r.get("survived")]
+
+
 class Launcher:
     def __init__(self, spec):
         self.spec = spec
@@ -37,6 +166,9 @@ class Launcher:
         self.stopping = None    # reason, once the launcher decided to stop the ranks
         self.lock = threading.RLock()
         self.kill_timer = None
+        self.token = "/".join(str(x) for x in (spec.env.get("FLAGPERF_RUN_ID", "-"), spec.case, spec.round,
+                                                spec.node_rank, os.getpid(), secrets.token_hex(8)))
+        self.reaped = []        # processes left behind by the ranks, ended by reap()
 
     def log(self, msg):
         self.log_file.write(f"{now_iso()} {msg}\n")
@@ -48,6 +180,7 @@ class Launcher:
             env.setdefault(key, value)
         env.update(s.env)
         env.update(RANK=str(rank), LOCAL_RANK=str(local_rank), PYTHONUNBUFFERED="1")
+        env[NODE_TOKEN_ENV] = self.token
         env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // s.nproc)))
         if s.visible_devices_env:
             env[s.visible_devices_env] = s.visible_devices
@@ -58,6 +191,7 @@ class Launcher:
         self.log(f"node_rank={s.node_rank} nnodes={s.nnodes} nproc={s.nproc} pid={os.getpid()} case={s.case}")
         self.log(f"cwd={s.cwd} argv={json.dumps(s.argv)}")
         self.log("env " + " ".join(f"{k}={v}" for k, v in sorted(s.env.items())))
+        self.log(f"every rank and its descendants carry {NODE_TOKEN_ENV}={self.token}")
         for local_rank, rank in enumerate(s.ranks):
             path = os.path.join(self.out_dir, rank_log_name(rank))
             with open(path, "ab") as out:
@@ -118,6 +252,17 @@ class Launcher:
         if self.kill_timer:
             self.kill_timer.cancel()
 
+    def reap(self):
+        """End the processes the ranks left behind (they carry this launcher's token); call after wait()."""
+        try:
+            found = reap_marked(self.token, log=self.log)
+        except Exception as exc:    # never lose ranks.json over the clean-up
+            self.log(f"reaping processes left behind failed: {exc!r}")
+            return
+        self.reaped.extend(found)
+        if found:
+            self.log(f"reaped {len(found)} process(es) left behind by the ranks")
+
     def report(self, signalled):
         ranks = sorted(self.procs.values(), key=lambda r: r["rank"])
         failed = [r for r in ranks if r.get("first_failure")]
@@ -125,7 +270,8 @@ class Launcher:
             node_rank=self.spec.node_rank, stopped=self.stopping, signalled=signalled,
             first_failure=failed[0]["rank"] if failed else None,
             ranks=[RankRecord(r["rank"], r["local_rank"], r["pid"], r["exit_code"], r.get("started"), r.get("ended"),
-                              r.get("duration_s"), bool(r.get("stopped_by_launcher"))) for r in ranks])
+                              r.get("duration_s"), bool(r.get("stopped_by_launcher"))) for r in ranks],
+            reaped=list(self.reaped))
         write_json_atomic(os.path.join(self.out_dir, RANKS_FILE), doc.to_dict())
         if signalled:
             return LAUNCHER_SIGNALLED_EXIT
@@ -156,7 +302,9 @@ def main(argv=None):
 
     def on_signal(signum, _frame):
         signalled.append(signum)
-        launcher.stop_all(f"launcher received {signal.Signals(signum).name}")
+        # A second signal means "now": the driver is in a hurry (it was interrupted), so no grace period.
+        sig = signal.SIGKILL if len(signalled) > 1 else signal.SIGTERM
+        launcher.stop_all(f"launcher received {signal.Signals(signum).name}", sig)
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
@@ -168,10 +316,12 @@ def main(argv=None):
         launcher.log(f"cannot start a rank: {exc}")
         launcher.stop_all("a rank could not be started")
         launcher.wait()
+        launcher.reap()
         launcher.report(False)
         print(f"node_launcher: cannot start a rank: {exc}", file=sys.stderr)
         return 1
     launcher.wait()
+    launcher.reap()
     code = launcher.report(bool(signalled))
     launcher.log(f"launcher done, exit status {code}")
     return code

@@ -121,12 +121,30 @@ def torch_plugin_info(module):
     return {"module": module, "found": True, "error": None}
 
 
+def port_info(port):
+    """Whether a TCP port can be listened on, as rank 0's rendezvous store will (all interfaces, SO_REUSEADDR)."""
+    if port is None:
+        return None
+    import socket
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind(("", port))
+        s.listen(1)
+        return {"port": port, "free": True, "error": None}
+    except OSError as exc:
+        return {"port": port, "free": False, "error": describe(exc)}
+    finally:
+        s.close()
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--path", action="append", default=[], help="a path whose existence and free space to report")
     ap.add_argument("--flagperf-path", default=None, help="the flagperf tree (FLAGPERF_PATH) on this host")
     ap.add_argument("--accel", default="nvml", help="accelerator plug-in that counts the accelerators, or none")
     ap.add_argument("--torch-plugin", default=None, help="the vendor's torch plug-in module, e.g. torch_npu")
+    ap.add_argument("--port", type=int, default=None, help="a TCP port rank 0 will listen on (MASTER_PORT)")
     args = ap.parse_args()
     version, error = torch_info()
     count, count_error = accelerator_count(args.accel, args.flagperf_path)
@@ -142,6 +160,7 @@ def main():
         "gpus": count,
         "gpus_from": args.accel,
         "torch_plugin": torch_plugin_info(args.torch_plugin),
+        "master_port": port_info(args.port),
     }
     print(json.dumps(out))
 

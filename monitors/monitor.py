@@ -34,6 +34,7 @@ from flagperf_contract import (HOST_SENSORS, MONITOR_LOG, MONITOR_STATUS_FILE, M
 
 MIB = 1024 * 1024
 FIRST_WINDOW_S = 0.1  # minimum averaging window of the first cpu/pwr value after priming
+MIN_INTERVAL_S = 0.05  # the driver refuses a MONITOR_INTERVAL below this too (flagperf/config.py)
 ACCEL_DIR = os.path.join(FLAGPERF_PATH, "monitors", "accel")
 _KEY = re.compile(r"[a-z_][a-z0-9_]*\Z")
 
@@ -310,8 +311,8 @@ def parse_args(argv):
     p.add_argument("--run-id")
     p.add_argument("--max-seconds", type=float, help="stop by itself after this many seconds")
     args = p.parse_args(argv)
-    if not args.interval > 0:
-        p.error("--interval must be > 0")
+    if not (math.isfinite(args.interval) and MIN_INTERVAL_S <= args.interval):
+        p.error(f"--interval must be a finite number of seconds >= {MIN_INTERVAL_S}, got {args.interval!r}")
     plugins = accel_plugins()
     if args.gpu != "none" and args.gpu not in plugins:
         p.error(f"--gpu {args.gpu!r}: expected none or an accelerator plug-in of {ACCEL_DIR} ({', '.join(plugins)})")

@@ -23,6 +23,10 @@ from typing import ClassVar
 from flagperf.hosts.base import Process
 
 
+HEARTBEAT_INTERVAL_S = 5.0      # how often a running round asks its hosts whether they still answer
+HEARTBEAT_TIMEOUT_S = 25.0      # a host that does not answer within this is lost: detected within 30 s
+
+
 class BackendError(Exception):
     """A backend could not do what was asked; the message names the host (or node) and says why.
 
@@ -81,6 +85,11 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def spawn_launcher(self, node) -> NodeProcess:
         """Start the node launcher; the returned process's exit is the node's result."""
+
+    def heartbeat(self, hosts) -> dict:
+        """{address: None when the host answered, else why not}, each within HEARTBEAT_TIMEOUT_S: called every
+        HEARTBEAT_INTERVAL_S while a round runs, so that a frozen host fails its case instead of hanging it."""
+        return {h.address: None for h in hosts}
 
     def drop_caches(self, node) -> tuple:
         """CLEAR_CACHES: (ok, why not) after asking the node's host to drop its page cache."""

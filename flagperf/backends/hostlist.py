@@ -13,7 +13,7 @@ import json
 import shlex
 from pathlib import PurePosixPath
 
-from flagperf.backends.base import Backend, BackendError
+from flagperf.backends.base import HEARTBEAT_TIMEOUT_S, Backend, BackendError
 from flagperf.checks import CONTRACT_FILE, HostCheck, failed, interpret_probe, probe_failure, unique_hosts
 from flagperf.deploy import deploy_host, local_manifest, needs_deploy
 from flagperf.hosts import HostError, open_transport
@@ -78,6 +78,8 @@ class HostListBackend(Backend):
                 "--path", str(PurePosixPath(fp) / CONTRACT_FILE), "--flagperf-path", fp, "--accel", vendor.gpu_monitor]
         if getattr(vendor, "torch_plugin", None):
             argv += ["--torch-plugin", vendor.torch_plugin]
+        if host.address == self.config.cluster.hosts[0].address:     # node 0: where rank 0 listens
+            argv += ["--port", str(self.config.cluster.master_port)]
         try:
             r = self.transports[host.address].run(argv, timeout=PROBE_TIMEOUT_S)
         except HostError as exc:
@@ -126,6 +128,22 @@ class HostListBackend(Backend):
             raise
         except Exception as exc:  # noqa: BLE001
             raise BackendError(f"{node.label}: cannot start the node launcher: {exc}") from exc
+
+    def heartbeat(self, hosts) -> dict:
+        out: dict = {}
+        remote = []
+        for h in unique_hosts(hosts):
+            if h.is_local:
+                out[h.address] = None           # this machine: the driver itself answers for it
+            elif h.address not in self.transports:
+                out[h.address] = "no connection"
+            else:
+                remote.append(h)
+        for o in fan_out(remote, lambda h: self.transports[h.address].run(["true"], timeout=HEARTBEAT_TIMEOUT_S),
+                         deadline_s=HEARTBEAT_TIMEOUT_S + 2):
+            out[o.key.address] = None if o.ok and o.value.ok else \
+                (o.error or f"exit {o.value.returncode}" if not o.ok else f"`true` exited {o.value.returncode}")
+        return out
 
     def drop_caches(self, node) -> tuple:
         argv = ["sh", "-c", "sync && echo 3 > /proc/sys/vm/drop_caches"]

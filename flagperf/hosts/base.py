@@ -53,6 +53,7 @@ class Transport(abc.ABC):
 
     def __init__(self, host):
         self.host = host
+        self.closed = False     # after close(): nothing more is started on the host
 
     @property
     def name(self) -> str:
@@ -92,4 +93,4 @@ class Transport(abc.ABC):
         """A local unix socket path that reaches the host's unix socket ``remote_path`` (e.g. the Docker daemon)."""
 
     def close(self) -> None:
-        pass
+        self.closed = True

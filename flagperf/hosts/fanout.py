@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import concurrent.futures as cf
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -22,32 +22,48 @@ def fan_out(items, fn: Callable, *, deadline_s: float, max_workers: int = 32) ->
     """Run ``fn(item)`` for every item in parallel; one Outcome per item, in the items' order.
 
     An exception becomes a failed Outcome with its message; an item still running when the deadline passes
-    becomes a failed Outcome saying so (its thread is left to finish on its own).
+    becomes a failed Outcome saying so. Workers are daemon threads: an item that outlives its deadline, or a
+    SIGINT/SIGTERM in the calling thread (which propagates at once), never keeps the driver from exiting.
     """
     items = list(items)
     if not items:
         return []
-    pool = cf.ThreadPoolExecutor(max_workers=min(max_workers, len(items)), thread_name_prefix="fanout")
     t0 = time.monotonic()
-    started = {}
+    slots = threading.BoundedSemaphore(max(1, min(max_workers, len(items))))
+    results: dict = {}
+    done = threading.Condition()
+    expired = threading.Event()     # past the deadline: items still queued do not start
+    fatal: list = []                # a KeyboardInterrupt-like exception from an item: re-raised here
 
-    def timed(item):
-        started[id(item)] = time.monotonic()
-        return fn(item)
-
-    futures = [pool.submit(timed, item) for item in items]
-    outcomes = []
-    try:
-        for item, fut in zip(items, futures):
-            remaining = max(0.0, deadline_s - (time.monotonic() - t0))
+    def work(i, item):
+        with slots:
+            if expired.is_set():
+                return
+            started = time.monotonic()
             try:
-                value = fut.result(timeout=remaining)
-                outcomes.append(Outcome(item, True, value, "", time.monotonic() - started.get(id(item), t0)))
-            except cf.TimeoutError:
-                outcomes.append(Outcome(item, False, None, f"no answer within {deadline_s:g} s", deadline_s))
+                out = Outcome(item, True, fn(item), "", time.monotonic() - started)
             except Exception as exc:  # noqa: BLE001 - every failure becomes a typed outcome
-                outcomes.append(Outcome(item, False, None, str(exc) or type(exc).__name__,
-                                        time.monotonic() - started.get(id(item), t0), exc))
+                out = Outcome(item, False, None, str(exc) or type(exc).__name__, time.monotonic() - started, exc)
+            except BaseException as exc:  # noqa: BLE001 - an interrupt: the caller re-raises it
+                fatal.append(exc)
+                out = Outcome(item, False, None, type(exc).__name__, time.monotonic() - started, exc)
+        with done:
+            results[i] = out
+            done.notify_all()
+
+    for i, item in enumerate(items):
+        threading.Thread(target=work, args=(i, item), daemon=True, name=f"fanout-{i}").start()
+    try:
+        with done:
+            while len(results) < len(items) and not fatal:
+                left = deadline_s - (time.monotonic() - t0)
+                if left <= 0:
+                    break
+                done.wait(min(left, 0.5))       # short waits: a signal handler in this thread runs promptly
+            snapshot = dict(results)
     finally:
-        pool.shutdown(wait=False, cancel_futures=True)
-    return outcomes
+        expired.set()
+    if fatal:
+        raise fatal[0]
+    return [snapshot.get(i) or Outcome(item, False, None, f"no answer within {deadline_s:g} s", deadline_s)
+            for i, item in enumerate(items)]

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 from flagperf.hosts.base import CommandResult, HostError, Process, Transport
-from flagperf.hosts.treesync import local_hashes, missing_locally
+from flagperf.hosts.treesync import COLLECT_MAX_BYTES, FetchResult, local_hashes, report_fetch, safe_copy_tree
 
 
 class LocalProcess(Process):
@@ -47,6 +47,8 @@ class LocalTransport(Transport):
         return CommandResult(tuple(argv), cp.returncode, cp.stdout, cp.stderr, time.monotonic() - t0)
 
     def spawn(self, argv, log_path=None):
+        if self.closed:     # the run is over (interrupted while this spawn waited its turn): start nothing
+            raise HostError(f"{self.name}: connection closed; not starting {argv[0]}")
         out = open(log_path, "ab") if log_path else subprocess.DEVNULL
         try:
             # A session of its own: a Ctrl-C at the terminal reaches the driver only, which stops
@@ -73,21 +75,18 @@ class LocalTransport(Transport):
         except OSError as exc:
             raise HostError(f"{self.name}: cannot read {path}: {exc}") from None
 
-    def fetch_tree(self, remote_dir, local_dir):
+    def fetch_tree(self, remote_dir, local_dir, max_bytes: int | None = None) -> FetchResult:
+        """Copy regular files only (never through a symlink, never opening a FIFO or device), at most max_bytes
+        (COLLECT_MAX_BYTES); what is skipped or left is in the result and the run log."""
         src, dst = Path(remote_dir).resolve(), Path(local_dir).resolve()
         if src == dst:
-            return 0, 0           # the host writes straight into the driver's tree
+            return FetchResult(0, 0)          # the host writes straight into the driver's tree
         if not src.is_dir():
             raise HostError(f"{self.name}: {src} does not exist", "command_failed")
-        listing = {str(p.relative_to(src)): p.stat().st_size for p in src.rglob("*") if p.is_file()}
-        files = size = 0
-        for rel in missing_locally(listing, dst):
-            target = dst / rel
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(src / rel, target)
-            files += 1
-            size += listing[rel]
-        return files, size
+        limit = COLLECT_MAX_BYTES if max_bytes is None else int(max_bytes)
+        result = safe_copy_tree(src, dst, limit)
+        report_fetch(result, f"{self.name}: {src}", dst)
+        return result
 
     def file_hashes(self, root, subdirs=()):
         return local_hashes(root, subdirs)

@@ -11,21 +11,34 @@ from __future__ import annotations
 import getpass
 import io
 import json
+import logging
 import os
 import shlex
 import signal as signal_mod
 import socket
-import subprocess
+import tarfile
 import threading
 import time
 from pathlib import Path
 
 from flagperf.hosts.base import CommandResult, HostError, Process, Transport
-from flagperf.hosts.treesync import HASH_SCRIPT, missing_locally, write_tar
+from flagperf.hosts.treesync import (
+    COLLECT_LISTING_MAX_BYTES,
+    COLLECT_MAX_BYTES,
+    HASH_SCRIPT,
+    FetchResult,
+    parse_listing,
+    plan_fetch,
+    report_fetch,
+    safe_extract,
+    write_tar,
+)
 from flagperf.sshconfig import resolved_address, ssh_config_lookup  # noqa: F401 (resolved_address re-exported)
 
 CONNECT_TIMEOUT_S = 10.0
 KEEPALIVE_S = 15
+IDLE_TIMEOUT_S = 60.0      # collect: a host that sends nothing for this long fails the fetch
+STREAM_SLACK_BYTES = 64 * 1024 ** 2     # collect: what files may grow between listing and tar (+ 1/4)
 _PID_WRAPPER = 'echo $$; exec "$@"'
 _SPAWN_WRAPPER = 'echo $$; log=$1; shift; exec "$@" </dev/null >>"$log" 2>&1'
 _known_hosts_lock = threading.Lock()
@@ -73,11 +86,7 @@ class SSHTransport(Transport):
         self.known_hosts = str(Path(known_hosts).expanduser())
         where = f"{host.address} ({self.user}@{self.hostname}:{self.port})"
         client = paramiko.SSHClient()
-        if Path(self.known_hosts).is_file():
-            try:
-                client.load_host_keys(self.known_hosts)
-            except OSError as exc:
-                raise HostError(f"{where}: cannot read KNOWN_HOSTS {self.known_hosts}: {exc}", "error") from None
+        _load_known_hosts(client, self.known_hosts, where)
         client.set_missing_host_key_policy(
             _AcceptNewPolicy(self.known_hosts) if accept_new_host_keys else paramiko.RejectPolicy())
         sock = None
@@ -130,18 +139,27 @@ class SSHTransport(Transport):
     def run(self, argv, timeout=60.0, input: bytes | None = None):
         return self._run(argv, timeout, input, binary=False)
 
-    def _run(self, argv, timeout, input, binary):
+    def _run(self, argv, timeout, input, binary, max_stdout=None):
         t0 = time.monotonic()
         chan, pid = self._open(argv)
         out, err = bytearray(), bytearray()
-        readers = [threading.Thread(target=_drain, args=(chan.recv, out), daemon=True),
-                   threading.Thread(target=_drain, args=(chan.recv_stderr, err), daemon=True)]
+        readers = [threading.Thread(target=_drain, args=(chan.recv, out, max_stdout), daemon=True),
+                   threading.Thread(target=_drain, args=(chan.recv_stderr, err, max_stdout), daemon=True)]
         for r in readers:
             r.start()
         if input is not None:
             chan.sendall(input)
         chan.shutdown_write()
-        if not chan.status_event.wait(timeout):
+        deadline = time.monotonic() + timeout
+        while max_stdout is not None and not chan.status_event.wait(min(0.5, max(0.0, deadline - time.monotonic()))):
+            if len(out) > max_stdout or time.monotonic() >= deadline:
+                break                       # too much output (the check below says so) or the timeout
+        if max_stdout is not None and len(out) > max_stdout and not chan.status_event.is_set():
+            self._kill_remote(pid)
+            chan.close()
+            raise HostError(f"{self.where}: {argv[0]} printed more than {max_stdout} bytes; killed on the host",
+                            "command_failed")
+        if not chan.status_event.wait(max(0.0, deadline - time.monotonic())):
             self._kill_remote(pid)
             chan.close()
             raise HostError(f"{self.where}: command timed out after {timeout:g} s and was killed on the host: "
@@ -151,6 +169,8 @@ class SSHTransport(Transport):
             r.join(timeout=30)
         chan.close()
         dt = time.monotonic() - t0
+        if max_stdout is not None and len(out) > max_stdout:
+            raise HostError(f"{self.where}: {argv[0]} printed more than {max_stdout} bytes", "command_failed")
         if binary:
             return CommandResult(tuple(argv), code, bytes(out), err.decode(errors="replace"), dt)
         return CommandResult(tuple(argv), code, out.decode(errors="replace"), err.decode(errors="replace"), dt)
@@ -165,6 +185,8 @@ class SSHTransport(Transport):
             pass
 
     def spawn(self, argv, log_path=None):
+        if self.closed:     # the run is over (interrupted while this spawn waited its turn): start nothing
+            raise HostError(f"{self.where}: connection closed; not starting {argv[0]}")
         chan, pid = self._open(argv, _SPAWN_WRAPPER, extra=(log_path or "/dev/null",))
         chan.shutdown_write()
         return SSHProcess(self, chan, pid)
@@ -211,52 +233,63 @@ class SSHTransport(Transport):
                             "command_failed")
         return sent
 
-    def fetch_tree(self, remote_dir, local_dir):
+    def fetch_tree(self, remote_dir, local_dir, max_bytes: int | None = None) -> FetchResult:
+        """Copy what is missing of remote_dir into local_dir, at most max_bytes (COLLECT_MAX_BYTES) in all.
+
+        The host's listing and tar stream are not trusted: the stream is unpacked here by safe_extract, which
+        writes only regular files and directories inside local_dir, never through a symlink, and skips and
+        reports every other member. The listing, the tar stream and the host's error output are bounded, and a
+        host that stops sending for IDLE_TIMEOUT_S fails the fetch instead of hanging it."""
+        limit = COLLECT_MAX_BYTES if max_bytes is None else int(max_bytes)
         r = self._run(["sh", "-c", '[ -d "$1" ] || { echo "$1 does not exist" >&2; exit 3; }; '
-                       'cd "$1" && find . -type f -printf "%s %P\\0"', "list", remote_dir], 120, None, binary=True)
+                       'cd "$1" && find . -type f -printf "%s %P\\0"', "list", remote_dir], 120, None, binary=True,
+                      max_stdout=COLLECT_LISTING_MAX_BYTES)
         if not r.ok:
             raise HostError(f"{self.where}: cannot list {remote_dir}: {r.stderr.strip()}", "command_failed")
-        listing = {}
-        for entry in r.stdout.split(b"\0"):
-            if entry:
-                size, _, name = entry.decode(errors="surrogateescape").partition(" ")
-                listing[name] = int(size)
-        want = missing_locally(listing, local_dir)
+        listing, skipped = parse_listing(r.stdout)
+        want, left, budget = plan_fetch(listing, local_dir, limit)
         if not want:
-            return 0, 0
-        # Streamed as one tar over the channel, unpacked by the local tar (GNU tar strips leading '/' and
-        # refuses '..' members): 2x the throughput of parsing the stream with Python's tarfile.
-        local = Path(local_dir)
-        local.mkdir(parents=True, exist_ok=True)
+            return self._fetched(FetchResult(0, 0, left, skipped), remote_dir, local_dir)
+        # One tar over the channel, unpacked here with tarfile in stream mode (safe_extract): only regular files
+        # and folders, inside local_dir. The stream may be at most what was asked for (with some room for files
+        # that grew since the listing, never more than the cap) plus the tar headers.
         chan, pid = self._open(["tar", "-C", remote_dir, "--null", "-T", "-", "-cf", "-"])
         err = bytearray()
-        reader = threading.Thread(target=_drain, args=(chan.recv_stderr, err), daemon=True)
+        reader = threading.Thread(target=_drain, args=(chan.recv_stderr, err, 64 * 1024), daemon=True)
         reader.start()
-        chan.sendall("\0".join(want).encode(errors="surrogateescape") + b"\0")
-        chan.shutdown_write()
-        untar = subprocess.Popen(["tar", "-x", "-f", "-", "-C", str(local), "--no-same-owner"],
-                                 stdin=subprocess.PIPE, stderr=subprocess.PIPE)
+        wanted = sum(listing[w] for w in want)
+        stream = _ChannelReader(chan, min(budget, wanted + wanted // 4 + STREAM_SLACK_BYTES) +
+                                4096 * (len(want) + 16) + (1 << 20))
+        names = "\0".join(want).encode(errors="surrogateescape") + b"\0"
+        threading.Thread(target=_send_and_close, args=(chan, names), daemon=True).start()
         try:
-            while True:
-                data = chan.recv(1 << 20)
-                if not data:
-                    break
-                untar.stdin.write(data)
-            untar.stdin.close()
-        except (OSError, EOFError) as exc:
-            untar.kill()
+            chan.settimeout(IDLE_TIMEOUT_S)
+            result = safe_extract(stream, local_dir, {w: listing[w] for w in want}, budget)
+            stream.drain()
+        except Exception as exc:  # noqa: BLE001 - a broken stream, a stalled host, a dead connection
+            self._kill_remote(pid)
             chan.close()
-            raise HostError(f"{self.where}: fetching {remote_dir} failed: {exc}", "command_failed") from None
-        local_err = untar.stderr.read().decode(errors="replace")
-        untar.wait()
+            if isinstance(exc, socket.timeout):
+                why = f"the host sent nothing for {IDLE_TIMEOUT_S:g} s"
+            elif isinstance(exc, tarfile.TarError):
+                why = f"the host did not send a valid tar stream ({exc})"
+            else:
+                why = str(exc) or type(exc).__name__
+            raise HostError(f"{self.where}: fetching {remote_dir} failed: {why}", "command_failed") from None
         chan.status_event.wait(60)
-        code = chan.recv_exit_status()
+        code = chan.recv_exit_status() if chan.status_event.is_set() else -1
         reader.join(timeout=10)
         chan.close()
-        if code != 0 or untar.returncode != 0:
-            raise HostError(f"{self.where}: copying {remote_dir} failed: {err.decode(errors='replace').strip()} "
-                            f"{local_err.strip()}", "command_failed")
-        return len(want), sum(listing[w] for w in want)
+        result.left.update(left)
+        if code != 0:
+            raise HostError(f"{self.where}: copying {remote_dir} failed (tar exit {code}): "
+                            f"{err.decode(errors='replace').strip()}", "command_failed")
+        result.skipped.update(skipped)
+        return self._fetched(result, remote_dir, local_dir)
+
+    def _fetched(self, result: FetchResult, remote_dir, local_dir) -> FetchResult:
+        report_fetch(result, f"{self.name}: {remote_dir}", local_dir)
+        return result
 
     def forward_unix_socket(self, remote_path: str) -> str:
         """A local unix socket whose every connection is relayed to ``remote_path`` on the host, over this SSH
@@ -289,6 +322,7 @@ class SSHTransport(Transport):
 
     def close(self):
         import shutil
+        self.closed = True
         for server, folder in self._forwards:
             server.close()
             shutil.rmtree(folder, ignore_errors=True)
@@ -378,15 +412,113 @@ def _pump_from_channel(chan, conn):
         chan.close()
 
 
-def _drain(recv, buf):
+def _drain(recv, buf, limit=None):
+    """Read until EOF into buf; past limit bytes (+1, to tell), the rest is read and dropped."""
     try:
         while True:
             data = recv(65536)
             if not data:
                 return
-            buf.extend(data)
+            if limit is None or len(buf) <= limit:
+                buf.extend(data if limit is None else data[:limit + 1 - len(buf)])
     except (OSError, EOFError):
         return
+
+
+def _send_and_close(chan, data):
+    """Send data as the command's stdin, then EOF (in a thread: the command's output is read meanwhile)."""
+    try:
+        chan.sendall(data)
+        chan.shutdown_write()
+    except (OSError, EOFError):
+        pass
+
+
+class _ChannelReader(io.RawIOBase):
+    """A channel's stdout as a read-only file for tarfile; more than ``limit`` bytes in all is an error.
+
+    The channel is read in large pieces (all that paramiko holds, up to 4 MiB: taking part of its buffer moves
+    the rest) and handed out in the small reads tarfile makes."""
+
+    def __init__(self, chan, limit: int):
+        self.chan = chan
+        self.limit = limit
+        self.count = 0
+        self._buf = memoryview(b"")
+        self._pos = 0
+
+    def readable(self):
+        return True
+
+    def read(self, n=-1):
+        n = 1 << 20 if n is None or n < 0 else n
+        parts, got = [], 0
+        while got < n:
+            if self._pos >= len(self._buf):
+                data = self.chan.recv(4 << 20)
+                if not data:
+                    break
+                self.count += len(data)
+                if self.count > self.limit:
+                    raise OSError(f"the host sent more than {self.limit} bytes (more than it listed)")
+                self._buf, self._pos = memoryview(data), 0
+            take = min(n - got, len(self._buf) - self._pos)
+            parts.append(self._buf[self._pos:self._pos + take])
+            self._pos += take
+            got += take
+        return b"".join(parts)
+
+    def drain(self):
+        """Read what follows the end of the archive (padding), within the limit."""
+        while self.read(1 << 20):
+            pass
+
+
+_warned_lines: set = set()
+
+
+def _load_known_hosts(client, path: str, where: str) -> None:
+    """Load KNOWN_HOSTS into the client's host keys line by line. A line that cannot be parsed (a corrupt entry,
+    for this host or another) is skipped with a warning naming the file and line, as OpenSSH does; paramiko's
+    own loader would fail on it. A path that is a directory or another non-file is an error."""
+    import stat as stat_mod
+
+    from paramiko.hostkeys import HostKeyEntry
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return                  # no keys recorded yet: every host is unknown (or accepted with --accept-new)
+    except OSError as exc:
+        raise HostError(f"{where}: cannot read KNOWN_HOSTS {path}: {exc.strerror}", "error") from None
+    if stat_mod.S_ISDIR(st.st_mode):
+        raise HostError(f"{where}: KNOWN_HOSTS {path} is a directory; expected a known_hosts file", "error")
+    if not stat_mod.S_ISREG(st.st_mode):
+        raise HostError(f"{where}: KNOWN_HOSTS {path} is not a regular file; expected a known_hosts file", "error")
+    try:
+        with open(path, "rb") as f:
+            text = f.read().decode("utf-8", errors="replace")
+    except OSError as exc:
+        raise HostError(f"{where}: cannot read KNOWN_HOSTS {path}: {exc.strerror}", "error") from None
+    keys = client.get_host_keys()
+    for lineno, line in enumerate(text.splitlines(), 1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        try:
+            entry = HostKeyEntry.from_line(line, lineno)
+        except Exception as exc:  # noqa: BLE001 - paramiko raises several types for a bad line
+            key = (path, lineno, st.st_mtime_ns)
+            with _known_hosts_lock:
+                new = key not in _warned_lines
+                _warned_lines.add(key)
+            if new:
+                logging.getLogger("flagperf.hosts.ssh").warning(
+                    "%s:%d: not a valid known_hosts line, skipped (%s)", path, lineno, type(exc).__name__)
+            continue
+        if entry is None:       # a key type paramiko does not know, or too few fields: not usable here
+            continue
+        for name in entry.hostnames:
+            keys.add(name, entry.key.get_name(), entry.key)
 
 
 class _AcceptNewPolicy:

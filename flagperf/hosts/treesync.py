@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import stat
 import tarfile
 from pathlib import Path
 
@@ -75,14 +76,393 @@ def write_tar(fileobj, local_root, relpaths) -> int:
 
 
 def missing_locally(remote_listing: dict, local_dir) -> list:
-    """Names from {relpath: size} that are absent under local_dir or have another size there."""
+    """Names from {relpath: size} that are absent under local_dir or have another size there (or are not a
+    regular file there: a symlink is never followed)."""
     want = []
     for rel, size in remote_listing.items():
         p = Path(local_dir) / rel
         try:
-            if p.stat().st_size == size:
+            st = os.lstat(p)
+            if stat.S_ISREG(st.st_mode) and st.st_size == size:
                 continue
         except OSError:
             pass
         want.append(rel)
     return sorted(want)
+
+
+# ------------------------------------------------------------------------------------------------- collect
+# What a host sends back is not trusted: a broken or hostile host may answer with any listing and any tar
+# stream. Collect therefore creates only regular files and directories under the destination node directory,
+# never follows a symlink there, never creates a link, device, FIFO or socket, and fetches at most
+# COLLECT_MAX_BYTES per node directory (docs/results.md, "Collect").
+COLLECT_MAX_BYTES = 2 * 1024 ** 3          # per node directory; the config key COLLECT_MAX_BYTES overrides it
+COLLECT_LISTING_MAX_BYTES = 16 * 1024 ** 2  # the host's file listing (name and size per file)
+TAR_HEADER_MAX_BYTES = 1024 ** 2            # a PAX or GNU long-name header: more is not a listing of ours
+_CHUNK = 64 * 1024          # below malloc's mmap threshold: larger chunks are slower (page faults)
+_O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_O_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
+_O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_O_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
+
+
+class FetchResult(tuple):
+    """What Transport.fetch_tree did: a ``(files, bytes)`` tuple of what was copied, plus ``left``
+    ({name: bytes} left on the host because of the byte cap) and ``skipped`` ({name: why} for what was not
+    copied because it was not a safe regular file: links, devices, FIFOs, names leading outside, ...)."""
+
+    left: dict
+    skipped: dict
+
+    def __new__(cls, files: int, nbytes: int, left=None, skipped=None):
+        self = super().__new__(cls, (files, nbytes))
+        self.left = dict(left or {})
+        self.skipped = dict(skipped or {})
+        return self
+
+    @property
+    def files(self) -> int:
+        return self[0]
+
+    @property
+    def nbytes(self) -> int:
+        return self[1]
+
+    @property
+    def left_bytes(self) -> int:
+        return sum(self.left.values())
+
+    def notes(self, where: str = "") -> list:
+        """One line per problem, for the run log."""
+        lead = f"{where}: " if where else ""
+        out = []
+        if self.left:
+            names = ", ".join(f"{n} ({b} bytes)" for n, b in sorted(self.left.items())[:20])
+            more = f" and {len(self.left) - 20} more" if len(self.left) > 20 else ""
+            out.append(f"{lead}collect cap reached: {len(self.left)} file(s), {self.left_bytes} bytes left on the "
+                       f"host: {names}{more}")
+        for name, why in sorted(self.skipped.items())[:50]:
+            out.append(f"{lead}not collected: {name!r}: {why}")
+        if len(self.skipped) > 50:
+            out.append(f"{lead}not collected: {len(self.skipped) - 50} more")
+        return out
+
+
+def report_fetch(result: FetchResult, where: str, local_dir) -> None:
+    """Write a fetch's problems (cap reached, entries skipped) as WARNINGs to the run log of the run directory
+    that holds local_dir (the ``flagperf.run.<id>`` logger writing there), else to the ``flagperf.collect``
+    logger."""
+    notes = result.notes(where)
+    if not notes:
+        return
+    import logging
+    local = os.path.abspath(local_dir)
+    loggers = []
+    for name, lg in list(logging.Logger.manager.loggerDict.items()):
+        if not name.startswith("flagperf.run.") or not isinstance(lg, logging.Logger):
+            continue
+        for h in lg.handlers:
+            base = getattr(h, "baseFilename", None)
+            if base and local.startswith(os.path.dirname(base) + os.sep):
+                loggers.append(lg)
+                break
+    for lg in loggers or [logging.getLogger("flagperf.collect")]:
+        for line in notes:
+            lg.warning(line)
+
+
+def safe_relpath(name) -> str | None:
+    """A relative path inside a folder, normalised ("a/b"), or None when it is empty, absolute, holds a
+    ``..`` component or a NUL."""
+    if not isinstance(name, str) or not name or "\0" in name or name.startswith("/"):
+        return None
+    parts = [p for p in name.split("/") if p not in ("", ".")]
+    if not parts or ".." in parts:
+        return None
+    return "/".join(parts)
+
+
+def parse_listing(data: bytes) -> tuple:
+    """``find -printf '%s %P\\0'`` output -> ({safe relpath: size}, {raw name: why skipped})."""
+    listing: dict = {}
+    skipped: dict = {}
+    for entry in data.split(b"\0"):
+        if not entry:
+            continue
+        size_text, _, raw = entry.decode(errors="surrogateescape").partition(" ")
+        name = safe_relpath(raw)
+        if name is None:
+            skipped[raw] = "the name leads outside the node directory"
+            continue
+        try:
+            size = int(size_text)
+        except ValueError:
+            size = -1
+        if size < 0:
+            skipped[raw] = f"bad size {size_text!r} in the host's listing"
+            continue
+        listing[name] = size
+    return listing, skipped
+
+
+def plan_fetch(listing: dict, local_dir, max_bytes: int) -> tuple:
+    """(names to fetch, {name: size} left on the host, bytes that may still be fetched): what is missing
+    locally, smallest files first, as long as the node directory on the driver stays within max_bytes (the
+    listed files already there count)."""
+    want = missing_locally(listing, local_dir)
+    wanted = set(want)
+    budget = max(0, max_bytes - sum(size for name, size in listing.items() if name not in wanted))
+    take, left = [], {}
+    used = 0
+    for name in sorted(want, key=lambda n: (listing[n], n)):
+        if used + listing[name] <= budget:
+            take.append(name)
+            used += listing[name]
+        else:
+            left[name] = listing[name]
+    return sorted(take), left, budget
+
+
+class UnsafeEntry(Exception):
+    """An entry that collect does not create (the message says why)."""
+
+
+class SafeTree:
+    """Creates regular files and directories under root only: every directory is opened relative to its
+    parent with O_NOFOLLOW (a symlink anywhere on the way is refused, never followed), files are created with
+    O_NOFOLLOW|O_CREAT|O_EXCL (or truncated when a plain, singly linked regular file is already there), and
+    anything else in the way (a link, FIFO, device, socket, directory) makes that entry be skipped."""
+
+    def __init__(self, root):
+        os.makedirs(root, exist_ok=True)
+        self.root = os.fspath(root)
+        self._dirs = {"": os.open(self.root, os.O_RDONLY | _O_DIRECTORY | _O_CLOEXEC)}
+
+    def close(self):
+        for fd in self._dirs.values():
+            os.close(fd)
+        self._dirs = {}
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def dir_fd(self, rel: str) -> int:
+        fd = self._dirs.get(rel)
+        if fd is not None:
+            return fd
+        parent, _, name = rel.rpartition("/")
+        pfd = self.dir_fd(parent)
+        flags = os.O_RDONLY | _O_DIRECTORY | _O_NOFOLLOW | _O_CLOEXEC
+        try:
+            try:
+                fd = os.open(name, flags, dir_fd=pfd)
+            except FileNotFoundError:
+                try:
+                    os.mkdir(name, 0o755, dir_fd=pfd)
+                except FileExistsError:
+                    pass
+                fd = os.open(name, flags, dir_fd=pfd)
+        except OSError as exc:
+            raise UnsafeEntry(f"{rel} on the driver is not a plain directory ({exc.strerror})") from None
+        self._dirs[rel] = fd
+        return fd
+
+    def open_file(self, rel: str) -> int:
+        """A write descriptor of the regular file rel (created, or truncated), never through a link."""
+        parent, _, name = rel.rpartition("/")
+        dfd = self.dir_fd(parent)
+        flags = os.O_WRONLY | os.O_CREAT | _O_NOFOLLOW | _O_NONBLOCK | _O_CLOEXEC
+        try:
+            try:
+                fd = os.open(name, flags | os.O_EXCL, 0o644, dir_fd=dfd)
+            except FileExistsError:
+                st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
+                if not stat.S_ISREG(st.st_mode):
+                    raise UnsafeEntry(f"a {file_kind(st.st_mode)} is in the way on the driver") from None
+                if st.st_nlink > 1:         # a hard link to some other file: replace it, never write through it
+                    os.unlink(name, dir_fd=dfd)
+                    fd = os.open(name, flags | os.O_EXCL, 0o644, dir_fd=dfd)
+                else:
+                    fd = os.open(name, flags, 0o644, dir_fd=dfd)
+        except OSError as exc:
+            raise UnsafeEntry(f"cannot create it on the driver ({exc.strerror})") from None
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_nlink > 1:
+            os.close(fd)
+            raise UnsafeEntry("not a plain regular file on the driver")
+        os.ftruncate(fd, 0)
+        return fd
+
+    def mkdir(self, rel: str) -> None:
+        self.dir_fd(rel)
+
+
+def file_kind(mode: int) -> str:
+    for test, kind in ((stat.S_ISLNK, "symlink"), (stat.S_ISFIFO, "FIFO"), (stat.S_ISCHR, "character device"),
+                       (stat.S_ISBLK, "block device"), (stat.S_ISSOCK, "socket"), (stat.S_ISDIR, "directory"),
+                       (stat.S_ISREG, "regular file")):
+        if test(mode):
+            return kind
+    return "special file"
+
+
+def _write_all(fd: int, data) -> None:
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]
+
+
+_TAR_KINDS = {tarfile.SYMTYPE: "a symlink", tarfile.LNKTYPE: "a hard link", tarfile.CHRTYPE: "a character device",
+              tarfile.BLKTYPE: "a block device", tarfile.FIFOTYPE: "a FIFO"}
+
+
+class _BoundedTarInfo(tarfile.TarInfo):
+    """Refuses PAX and GNU long-name headers larger than TAR_HEADER_MAX_BYTES (tarfile reads them whole)."""
+
+    def _proc_member(self, tarfile_):
+        if self.type in (tarfile.GNUTYPE_LONGNAME, tarfile.GNUTYPE_LONGLINK, tarfile.XHDTYPE, tarfile.XGLTYPE,
+                         tarfile.SOLARIS_XHDTYPE) and self.size > TAR_HEADER_MAX_BYTES:
+            raise tarfile.HeaderError(f"an extended header of {self.size} bytes")
+        return super()._proc_member(tarfile_)
+
+
+def safe_extract(fileobj, dest, want: dict, max_bytes: int) -> FetchResult:
+    """Unpack an uncompressed tar stream read from fileobj (read(n) only, never seek) under dest.
+
+    Only regular members named in ``want`` ({relpath: listed size}) are written, each as a new regular file
+    (SafeTree); directories are created; every other member (links, devices, FIFOs, names leading outside
+    dest, names not asked for, data beyond max_bytes in all) is read past, skipped and reported. Raises
+    tarfile.TarError for a stream that is not a tar."""
+    files = total = 0
+    left: dict = {}
+    skipped: dict = {}
+    with SafeTree(dest) as tree, tarfile.open(fileobj=fileobj, mode="r|", bufsize=_CHUNK,
+                                              tarinfo=_BoundedTarInfo) as tar:
+        for m in tar:
+            name = safe_relpath(m.name)
+            if name is None:
+                skipped[m.name] = "the name leads outside the node directory"
+                continue
+            if m.isdir():
+                try:
+                    tree.mkdir(name)
+                except UnsafeEntry as exc:
+                    skipped[name] = str(exc)
+                continue
+            if not m.isreg():
+                skipped[name] = f"{_TAR_KINDS.get(m.type, 'not a regular file')} (type {m.type!r})"
+                continue
+            if name not in want:
+                skipped[name] = "not asked for"
+                continue
+            if total + m.size > max_bytes:
+                left[name] = m.size
+                continue
+            try:
+                fd = tree.open_file(name)
+            except UnsafeEntry as exc:
+                skipped[name] = str(exc)
+                continue
+            try:
+                src = tar.extractfile(m)
+                assert src is not None
+                while True:
+                    chunk = src.read(_CHUNK)
+                    if not chunk:
+                        break
+                    _write_all(fd, chunk)
+                try:
+                    os.utime(fd, (m.mtime, m.mtime))
+                except (OSError, TypeError, ValueError, OverflowError):
+                    pass
+            finally:
+                os.close(fd)
+            files += 1
+            total += m.size
+    return FetchResult(files, total, left, skipped)
+
+
+def safe_copy_tree(src, dst, max_bytes: int) -> FetchResult:
+    """Copy what is missing (or differs in size) of the folder src into dst, on this machine: regular files
+    only, never following a symlink, never opening a FIFO or device (O_NOFOLLOW|O_NONBLOCK, fstat), at most
+    max_bytes in dst. What is skipped or left is in the result."""
+    listing: dict = {}
+    skipped: dict = {}
+
+    def walk(folder, prefix):
+        try:
+            entries = list(os.scandir(folder))
+        except OSError as exc:
+            skipped[prefix or "."] = f"cannot list it: {exc.strerror}"
+            return
+        for e in entries:
+            rel = f"{prefix}{e.name}"
+            try:
+                st = e.stat(follow_symlinks=False)
+            except OSError as exc:
+                skipped[rel] = f"cannot stat it: {exc.strerror}"
+                continue
+            if stat.S_ISDIR(st.st_mode):
+                walk(e.path, rel + "/")
+            elif stat.S_ISREG(st.st_mode):
+                listing[rel] = st.st_size
+            else:
+                skipped[rel] = f"a {file_kind(st.st_mode)}"
+
+    walk(os.fspath(src), "")
+    take, left, budget = plan_fetch(listing, dst, max_bytes)
+    files = total = 0
+    with SafeTree(dst) as tree:
+        for rel in take:
+            try:
+                sfd = os.open(os.path.join(src, rel), os.O_RDONLY | _O_NOFOLLOW | _O_NONBLOCK | _O_CLOEXEC)
+            except OSError as exc:
+                skipped[rel] = f"cannot open it: {exc.strerror}"
+                continue
+            try:
+                st = os.fstat(sfd)
+                if not stat.S_ISREG(st.st_mode):
+                    skipped[rel] = f"a {file_kind(st.st_mode)}"
+                    continue
+                size = st.st_size
+                if total + size > budget:
+                    left[rel] = size
+                    continue
+                try:
+                    dfd = tree.open_file(rel)
+                except UnsafeEntry as exc:
+                    skipped[rel] = str(exc)
+                    continue
+                try:
+                    copied = _copy_fd(sfd, dfd, size)
+                    os.utime(dfd, ns=(st.st_atime_ns, st.st_mtime_ns))
+                finally:
+                    os.close(dfd)
+            finally:
+                os.close(sfd)
+            files += 1
+            total += copied
+    return FetchResult(files, total, left, skipped)
+
+
+def _copy_fd(sfd: int, dfd: int, size: int) -> int:
+    """Copy at most size bytes from sfd to dfd (the file's size when it was opened: a growing log is copied as
+    it was then); returns the bytes copied."""
+    done = 0
+    while done < size:
+        try:
+            n = os.sendfile(dfd, sfd, done, min(size - done, 1 << 30))
+        except OSError:
+            data = os.pread(sfd, min(size - done, _CHUNK), done)
+            if not data:
+                break
+            _write_all(dfd, data)
+            n = len(data)
+        if n == 0:
+            break
+        done += n
+    return done

@@ -37,6 +37,7 @@ class WaitEnd(str, enum.Enum):
     TIMEOUT = "timeout"
     INTERRUPTED = "interrupted"
     ERROR = "error"                 # the backend failed before or while starting the nodes
+    HOST_LOST = "host_lost"         # a host stopped answering its heartbeat (frozen, or its network is gone)
 
 
 @dataclass
@@ -117,6 +118,8 @@ def interpret_round(ev: RoundEvidence) -> Verdict:
             failure = dict(_rank_failure(node, rec), reason=f"{w.reason}; rank {rec.rank} had failed "
                                                              f"({describe_exit(rec.exit_code)})")
         return Verdict(status, failure)
+    if w.end == WaitEnd.HOST_LOST:
+        return Verdict(Status.FAILED, {"reason": w.reason, "node": w.node})
     if node is not None:
         return Verdict(Status.FAILED, _rank_failure(node, rec))
     if w.end == WaitEnd.NODE_FAILED:

@@ -9,6 +9,7 @@ import os
 import re
 from datetime import datetime
 
+from flagperf.results.perflog import NotRegularFile, lines_of, open_regular
 from flagperf_contract import HOST_SENSORS, MONITOR_STATUS_FILE, ContractError, MonitorStatus, read_json_file
 
 _MONITOR_FILE = re.compile(r"[A-Za-z0-9_.-]+_monitor\.log\Z")   # a data file name a host may name
@@ -47,12 +48,18 @@ def parse_monitor_line(line: str) -> tuple[datetime, dict[str, float | int]]:
     return ts, values
 
 
+MONITOR_FILE_MAX_BYTES = 32 * 1024 ** 2    # samples are read from at most the last 32 MiB of a monitor file
+
+
 def read_monitor_file(path, strict: bool = False) -> list[tuple[datetime, dict]]:
-    """All samples of one monitor file, in file order. Blank lines are ignored; a malformed line (e.g. a last
-    line cut off by a kill -9) is skipped unless strict=True, which raises ValueError naming the line."""
+    """All samples of one monitor file (of its last MONITOR_FILE_MAX_BYTES), in file order. Blank lines are
+    ignored; a malformed line (e.g. a last line cut off by a kill -9) is skipped unless strict=True, which
+    raises ValueError naming the line. Only a regular file is read (never a FIFO, device or symlink): anything
+    else raises OSError naming the file (FileNotFoundError when it is missing)."""
     samples = []
-    with open(path, encoding="utf-8", errors="replace") as f:
-        for n, line in enumerate(f, 1):
+    f, size = open_regular(path)
+    with f:
+        for n, line in enumerate(lines_of(f, size, MONITOR_FILE_MAX_BYTES), 1):
             if not line.strip():
                 continue
             try:
@@ -90,10 +97,20 @@ def summarize_monitors(node_dir) -> dict:
         "unavailable": {sensor: reason}}. A sensor without data is left out; "unavailable" (from
     monitor_status.json) is present only when the status names unavailable sensors."""
     result: dict = {}
+    unreadable: dict = {}
+
+    def samples_from(file_name):
+        path = os.path.join(node_dir, file_name)
+        try:
+            return read_monitor_file(path)
+        except FileNotFoundError:
+            return []
+        except OSError as exc:      # a FIFO, a symlink, a device: never read, reported
+            unreadable[file_name] = str(exc) if isinstance(exc, NotRegularFile) else f"{path}: unreadable: {exc}"
+            return []
 
     def samples_of(name):
-        path = os.path.join(node_dir, f"{name}_monitor.log")
-        return read_monitor_file(path) if os.path.isfile(path) else []
+        return samples_from(f"{name}_monitor.log")
 
     cpu = samples_of("cpu")
     if cpu:
@@ -116,8 +133,7 @@ def summarize_monitors(node_dir) -> dict:
         names = sorted(f for f in os.listdir(node_dir) if f.endswith("_monitor.log")
                        and f[:-len("_monitor.log")] not in HOST_SENSORS) if os.path.isdir(node_dir) else []
         gpu_file = names[0] if names else None
-    gpu = read_monitor_file(os.path.join(node_dir, gpu_file)) if gpu_file and \
-        os.path.isfile(os.path.join(node_dir, gpu_file)) else []
+    gpu = samples_from(gpu_file) if gpu_file else []
     by_index: dict[int, list] = {}
     for ts, v in gpu:
         if "gpu" in v:
@@ -134,4 +150,6 @@ def summarize_monitors(node_dir) -> dict:
     unavailable = {name: st.reason or "" for name, st in sensors.items() if not st.available}
     if unavailable:
         result["unavailable"] = unavailable
+    if unreadable:
+        result["unreadable"] = unreadable
     return result

@@ -6,11 +6,82 @@ benchmark harness that writes them.
 
 from __future__ import annotations
 
+import os
+import stat
 from pathlib import Path
 
 from flagperf_contract import parse_perflog_line, rank_log_name
 
 TAIL_BYTES = 64 * 1024
+RECORDS_MAX_BYTES = 64 * 1024 ** 2      # records are read from at most the last 64 MiB of a rank log
+LINE_MAX_BYTES = 4 * 1024 ** 2          # a longer line is no PerfLog record: skipped
+_FLAGS = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+
+
+class NotRegularFile(OSError):
+    """A path that is there but is no regular file (a symlink, FIFO, device, socket, directory)."""
+
+
+def open_regular(path) -> tuple:
+    """(binary file object, size) of a regular file, opened without following a symlink and without blocking
+    on a FIFO (lstat, then O_NOFOLLOW|O_NONBLOCK and fstat). FileNotFoundError when it is missing,
+    NotRegularFile (its message names the file and what it is) when it is something else."""
+    path = os.fspath(path)
+    st = os.lstat(path)
+    if not stat.S_ISREG(st.st_mode):
+        raise NotRegularFile(f"{path}: not a regular file ({_kind(st.st_mode)}); not read")
+    fd = os.open(path, _FLAGS)
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise NotRegularFile(f"{path}: not a regular file ({_kind(st.st_mode)}); not read")
+    return os.fdopen(fd, "rb"), st.st_size
+
+
+def _kind(mode) -> str:
+    for test, kind in ((stat.S_ISLNK, "a symlink"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a directory")):
+        if test(mode):
+            return kind
+    return "a special file"
+
+
+def read_lines(path, max_bytes: int, problems: list | None = None):
+    """Yield the text lines of the last max_bytes of a regular file (a first line cut by the window is
+    dropped; lines longer than LINE_MAX_BYTES are skipped). A missing file yields nothing; anything else that
+    is not a readable regular file yields nothing and its reason goes to ``problems``."""
+    try:
+        f, size = open_regular(path)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        if problems is not None:
+            problems.append(str(exc) if isinstance(exc, NotRegularFile) else f"{path}: unreadable: {exc}")
+        return
+    with f:
+        yield from lines_of(f, size, max_bytes)
+
+
+def lines_of(f, size: int, max_bytes: int):
+    """The text lines of the last max_bytes of the first ``size`` bytes of the open binary file f."""
+    start = max(0, size - max_bytes)
+    f.seek(start)
+    left = size - start                 # never more than the window: the file may still grow
+    skip = start > 0                    # the window's first line is cut
+    while left > 0:
+        line = f.readline(min(LINE_MAX_BYTES, left))
+        if not line:
+            break
+        left -= len(line)
+        whole = line.endswith(b"\n")
+        if not skip:
+            if whole or left <= 0 or len(line) < LINE_MAX_BYTES:
+                yield line.decode("utf-8", errors="replace")
+            else:
+                skip = True             # a line longer than LINE_MAX_BYTES: skipped to its end
+                continue
+        if whole:
+            skip = False
 
 
 def parse_lines(lines):
@@ -21,22 +92,25 @@ def parse_lines(lines):
             yield record
 
 
-def read_records(path) -> list:
-    try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            return list(parse_lines(f))
-    except OSError:
-        return []
+def read_records(path, problems: list | None = None) -> list:
+    """The PerfLog records of a rank log (from at most its last RECORDS_MAX_BYTES). A log that is not a
+    regular file (a FIFO, a symlink to /dev/zero, ...) has none; why is appended to ``problems``."""
+    return list(parse_lines(read_lines(path, RECORDS_MAX_BYTES, problems)))
 
 
 def tail(path, n=10) -> list:
-    """The last n lines of a text file (empty if unreadable)."""
+    """The last n lines of a text file (empty if missing or unreadable; one line saying why when it is there but
+    is no regular file)."""
     try:
-        with open(path, "rb") as f:
-            f.seek(0, 2)
-            size = f.tell()
+        f, size = open_regular(path)
+    except NotRegularFile as exc:
+        return [f"[flagperf] {exc}"]
+    except OSError:
+        return []
+    try:
+        with f:
             f.seek(max(0, size - TAIL_BYTES))
-            data = f.read().decode("utf-8", errors="replace")
+            data = f.read(TAIL_BYTES).decode("utf-8", errors="replace")
     except OSError:
         return []
     return data.splitlines()[-n:]

@@ -40,7 +40,8 @@ def test_docker_run_on_two_ssh_hosts(tmp_path, ssh_bed, docker_clean):
         assert [(r["rank"], r["exit_code"]) for r in ranks] == [(node_rank, 0)]
     assert list((run / "images").glob("*.log")) or "already there" in (run / "flagperf_run.log").read_text()
     runlog = (run / "flagperf_run.log").read_text()
-    assert re.search(r"docker run -d --name flagperf-run\d+-gemm-pytorch-docker-2x1-r1-n0 .* flagperf/cpu-pytorch:",
+    assert re.search(r"docker run -d --name flagperf-run\d+-[0-9a-f]{6}-gemm-pytorch-docker-2x1-r1-n0 "
+                     r".* flagperf/cpu-pytorch:",
                      runlog), runlog
     assert "container flagperf-" in runlog and "removed" in runlog
     assert _ours(env.client, run.name) == []
@@ -166,3 +167,262 @@ def test_docker_api_error_fails_the_case_and_the_run_goes_on(tmp_path, docker_cl
     assert [r["status"] for r in rounds] == ["error", "error"], rounds
     assert all("flagperf-no-such-runtime" in r["failure"]["reason"] for r in rounds), rounds
     assert _ours(env.client, run.name) == []
+
+
+# ---- bounded daemon failures, PIP_SOURCE in the container, containers of a killed driver ------------------------
+
+def _local_cluster(tmp_path):
+    """A cluster config of localhost with a MASTER_PORT free now (other test sessions may hold 29501)."""
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    (tmp_path / "cluster.yaml").write_text(f"HOSTS: [localhost]\nMASTER_PORT: {port}\n")
+    return "cluster.yaml"
+
+
+def _silent_socket(path):
+    """A unix socket server (a thread) that accepts connections and never answers: a hung Docker daemon.
+    Returns a function that stops it."""
+    import socket
+    import threading
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(path))
+    server.listen(32)
+    conns = []
+
+    def accept():
+        while True:
+            try:
+                conns.append(server.accept()[0])
+            except OSError:
+                return
+    threading.Thread(target=accept, daemon=True).start()
+
+    def stop():
+        server.close()
+        for c in conns:
+            c.close()
+    return stop
+
+
+def test_silent_daemon_fails_the_case_in_bounded_time(tmp_path, docker_clean, monkeypatch):
+    """A daemon that accepts and never answers (FLAGPERF_DOCKER_SOCKET points at it): the case fails after the
+    ping's 10 s, naming the host and the daemon; exit 1, no traceback."""
+    env = docker_clean
+    sock = tmp_path / "silent.sock"
+    stop = _silent_socket(sock)
+    monkeypatch.setenv("FLAGPERF_DOCKER_SOCKET", str(sock))
+    try:
+        conf = _docker_conf(tmp_path, env, {"gemm:pytorch:silent:1:1:1": "null"}, CLUSTER=_local_cluster(tmp_path))
+        t0 = time.monotonic()
+        code, out, err = run_cli(["run", "--config", conf], timeout=120)
+        elapsed = time.monotonic() - t0
+    finally:
+        stop()
+    assert code == 1, out + err
+    assert "Traceback" not in out + err and "internal error" not in out + err
+    message = f"localhost: Docker daemon at {sock} did not answer within 10 s"
+    run = only_run_dir(tmp_path / "result")
+    assert message in (run / "flagperf_run.log").read_text()
+    reason = json.loads((run / "summary.json").read_text())["cases"][0]["rounds"][0]["failure"]["reason"]
+    assert message in reason, reason
+    assert elapsed < 20, f"the run took {elapsed:.1f} s"
+
+
+def test_silent_daemon_of_an_ssh_host(tmp_path, ssh_bed_factory, docker_clean, monkeypatch):
+    """The same through the SSH relay (Transport.forward_unix_socket): the host's socket does not answer."""
+    env = docker_clean
+    bed = ssh_bed_factory(1)
+    sock = tmp_path / "silent.sock"
+    stop = _silent_socket(sock)
+    monkeypatch.setenv("FLAGPERF_DOCKER_SOCKET", str(sock))
+    try:
+        bed.write_cluster_yaml(tmp_path / "cluster.yaml")
+        conf = _docker_conf(tmp_path, env, {"gemm:pytorch:silent:1:1:1": "null"}, CLUSTER="cluster.yaml")
+        code, out, err = run_cli(["run", "--config", conf], timeout=180)
+    finally:
+        stop()
+    assert code == 1, out + err
+    assert "Traceback" not in out + err
+    run = only_run_dir(tmp_path / "result")
+    log = (run / "flagperf_run.log").read_text()
+    assert f"{bed.addresses[0]}: Docker daemon at {sock} did not answer within 10 s" in log, log
+    started = re.search(r"(\d\d):(\d\d):(\d\d)[^\n]* check: connecting", log)
+    failed = re.search(r"(\d\d):(\d\d):(\d\d)[^\n]* preparation failed", log)
+    assert started and failed, log
+    seconds = [int(h) * 3600 + int(m) * 60 + int(s) for h, m, s in (started.groups(), failed.groups())]
+    assert seconds[1] - seconds[0] < 30, log
+
+
+def test_pip_source_reaches_the_container(tmp_path, flagperf_home, docker_clean):
+    """PIP_SOURCE is the container's PIP_INDEX_URL: the benchmark's requirements.txt (psutil, already in the image,
+    so nothing is fetched) is installed with --index-url PIP_SOURCE, and env_prepare.log says so."""
+    env = docker_clean
+    index = "http://127.0.0.1:9/simple"
+    (flagperf_home / "benchmarks" / "sleeper" / "requirements.txt").write_text("psutil\n")
+    conf = _docker_conf(tmp_path, env, {"sleeper:pytorch:pip:1:1:1": "null"}, PIP_SOURCE=index,
+                        CLUSTER=_local_cluster(tmp_path))
+    home = materialize(flagperf_home)
+    code, out, err = run_cli(["run", "--config", conf], home=home, timeout=600)
+    run = only_run_dir(tmp_path / "result")
+    runlog = (run / "flagperf_run.log").read_text()
+    tag = re.search(r"image (flagperf/cpu-pytorch:\w+) (built|already there)", runlog)
+    try:
+        assert code == 0, out + err
+        assert f"-e PIP_INDEX_URL={index}" in runlog
+        prep = next(run.glob("*/round1/*/env_prepare.log")).read_text()
+        assert f"(package index: {index})" in prep, prep
+        assert f"requirements.txt --index-url {index}" in prep, prep
+        assert "Requirement already satisfied: psutil" in prep, prep
+    finally:
+        if tag and tag.group(2) == "built":
+            env.client.images.remove(tag.group(1), force=True)
+
+
+def _start_orphan(tmp_path, flagperf_home, env):
+    """Start a run with a long sleeper case, wait until its container runs, kill the driver with -9; returns the
+    orphaned container (still running) and the config."""
+    import os
+    import socket
+    (flagperf_home / "vendors" / "cpu" / "sleeper").mkdir(exist_ok=True)
+    (flagperf_home / "vendors" / "cpu" / "sleeper" / "config_long.yaml").write_text("sleep_s: 300\n")
+    conf = _docker_conf(tmp_path, env, {"sleeper:pytorch:long:1:1:1": "null", "sleeper:pytorch:short:1:1:1": "null"},
+                        CLUSTER=_local_cluster(tmp_path))
+    home = materialize(flagperf_home)
+    proc = start_cli(["run", "--config", conf], home=home)
+    try:
+        wait_for(lambda: list((tmp_path / "result").glob("run*/*long*/round1/*/rank0.out.log")), 300,
+                 "the rank to start in the container")
+        run = only_run_dir(tmp_path / "result")
+        (container,) = _ours(env.client, run.name)
+        assert container.labels["flagperf.driver"].startswith(f"{socket.gethostname()}:{proc.pid}:")
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    container.reload()
+    assert container.status == "running"
+    return container, conf, home, run
+
+
+def _orphan_config(tmp_path, conf):
+    """The same config with the short case only (the killed run's directory is kept apart)."""
+    text = conf.read_text()
+    short = text.replace('  "sleeper:pytorch:long:1:1:1": null\n', "")
+    conf.write_text(short)
+    return conf
+
+
+def _gone(env, container):
+    import docker
+    try:
+        env.client.containers.get(container.id)
+    except docker.errors.NotFound:
+        return True
+    return False
+
+
+def test_next_run_removes_the_containers_of_a_killed_driver(tmp_path, flagperf_home, docker_clean):
+    env = docker_clean
+    container, conf, home, killed = _start_orphan(tmp_path, flagperf_home, env)
+    code, out, err = run_cli(["run", "--config", _orphan_config(tmp_path, conf)], home=home, timeout=600)
+    assert code == 0, out + err
+    assert _gone(env, container)
+    second = [r for r in sorted((tmp_path / "result").glob("run*")) if r != killed]
+    log = (second[-1] / "flagperf_run.log").read_text()
+    assert f"removed container {container.name} of run {killed.name}" in log, log
+    for pid in processes_matching(f"--run-id {killed.name}"):          # the killed run's monitor
+        os_kill(pid)
+
+
+def test_clean_removes_the_containers_of_a_killed_driver(tmp_path, flagperf_home, docker_clean):
+    env = docker_clean
+    container, conf, home, killed = _start_orphan(tmp_path, flagperf_home, env)
+    code, out, err = run_cli(["clean", "--config", conf, "--run", killed.name], home=home)  # --run: a shared daemon
+    assert code == 0, out + err
+    assert container.name in out
+    assert _gone(env, container)
+    for pid in processes_matching(f"--run-id {killed.name}"):
+        os_kill(pid)
+
+
+def os_kill(pid):
+    import os
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def test_daemon_that_stops_answering_mid_round_does_not_block_cleanup(tmp_path, flagperf_home, docker_clean,
+                                                                      monkeypatch):
+    """FLAGPERF_DOCKER_SOCKET is a relay to the real daemon that freezes once the rank runs (accepts, answers
+    nothing): after CASE_TIMEOUT the stop costs one 10 s call, cleanup skips the daemon and reports the container
+    it could not remove; exit 1 within ~CASE_TIMEOUT + 10 s."""
+    import socket
+    import threading
+    env = docker_clean
+    frozen = threading.Event()
+    sock = str(tmp_path / "relay.sock")
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(sock)
+    server.listen(64)
+    held = []
+
+    def pump(a, b):
+        try:
+            while not frozen.is_set():
+                data = a.recv(65536)
+                if not data or frozen.is_set():
+                    break
+                b.sendall(data)
+        except OSError:
+            pass
+        frozen.wait()                   # frozen: hold the connection, answer nothing
+
+    def accept():
+        while True:
+            try:
+                conn = server.accept()[0]
+            except OSError:
+                return
+            held.append(conn)
+            if frozen.is_set():
+                continue
+            up = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            up.connect("/var/run/docker.sock")
+            held.append(up)
+            threading.Thread(target=pump, args=(conn, up), daemon=True).start()
+            threading.Thread(target=pump, args=(up, conn), daemon=True).start()
+
+    threading.Thread(target=accept, daemon=True).start()
+    monkeypatch.setenv("FLAGPERF_DOCKER_SOCKET", sock)
+    (flagperf_home / "vendors" / "cpu" / "sleeper").mkdir()
+    (flagperf_home / "vendors" / "cpu" / "sleeper" / "config_long.yaml").write_text("sleep_s: 300\n")
+    conf = _docker_conf(tmp_path, env, {"sleeper:pytorch:long:1:1:1": "null"}, CASE_TIMEOUT=15,
+                        CLUSTER=_local_cluster(tmp_path))
+    proc = start_cli(["run", "--config", conf], home=materialize(flagperf_home))
+    try:
+        wait_for(lambda: list((tmp_path / "result").glob("run*/*/round1/*/rank0.out.log")), 300,
+                 "the rank to start in the container")
+        frozen.set()
+        t0 = time.monotonic()
+        out, err = proc.communicate(timeout=120)
+        after = time.monotonic() - t0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+        server.close()
+        for c in held:
+            c.close()
+    assert proc.returncode == 1, out + err
+    assert "Traceback" not in out + err
+    assert after < 15 + 25, f"the run ended {after:.1f} s after the daemon froze"
+    run = only_run_dir(tmp_path / "result")
+    log = (run / "flagperf_run.log").read_text()
+    assert f"Docker daemon at {sock} did not answer within 10 s" in log, log
+    assert re.search(r"cleanup failed: container flagperf-\S+ not removed: .*flagperf clean --run", log), log

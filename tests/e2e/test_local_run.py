@@ -26,7 +26,7 @@ def test_embedded_default_config_runs(tmp_path):
     code, out, err = run_cli(["run", "--config", path], timeout=150)
     assert code == 0, out + err
     run = only_run_dir(tmp_path / "result")
-    assert re.fullmatch(r"run\d{14}", run.name)
+    assert re.fullmatch(r"run\d{14}-[0-9a-f]{6}", run.name)
     summary = json.loads((run / "summary.json").read_text())
     assert summary["schema"] == "flagperf.summary/1" and summary["status"] == "passed"
     assert [c["status"] for c in summary["cases"]] == ["passed"] * len(conf["CASES"])
@@ -230,3 +230,120 @@ def test_report_of_a_run(tmp_path, flagperf_home):
     assert "sleeper-pytorch-fail-1x1 round 1: failed: rank 0 failed" in out and (run / "report.md").is_file()
     code, out, err = run_cli(["report", str(tmp_path / "nothing-here")])
     assert code == 2 and "summary.json" in err and "Traceback" not in err
+
+
+# ---- processes that escape their rank (double fork + setsid): the node launcher ends them after the round ----
+
+def _daemon_pids(node):
+    """{rank: pid} of the daemons the escaper benchmark's ranks reported in their logs."""
+    found = {}
+    for log in node.glob("rank*.out.log"):
+        m = re.search(r"rank (\d+) daemon pid=(\d+)", log.read_text())
+        if m:
+            found[int(m.group(1))] = int(m.group(2))
+    return found
+
+
+def _assert_daemons_reaped(node, marker, nproc, signal_name):
+    daemons = _daemon_pids(node)
+    assert sorted(daemons) == list(range(nproc)), daemons
+    try:
+        assert processes_matching(marker) == [], "a process left behind by a rank outlived its round"
+    finally:
+        kill_all(processes_matching(marker))       # never leak a 600 s daemon, even when failing
+    report = json.loads((node / "ranks.json").read_text())
+    reaped = {r["pid"]: r for r in report["reaped"]}
+    for pid in daemons.values():
+        assert pid in reaped, (pid, report["reaped"])
+        assert "escaper-daemon" in reaped[pid]["cmdline"] and reaped[pid]["signal"] == signal_name
+        assert not reaped[pid].get("survived")
+    text = (node / "launcher.log").read_text()
+    assert "FLAGPERF_NODE_TOKEN=" in text
+    assert all(f"reaping pid={pid}" in text for pid in daemons.values()), text
+
+
+def test_daemon_left_by_a_passing_rank_is_reaped(tmp_path, flagperf_home):
+    conf = write_conf(tmp_path, {"escaper:pytorch:test:1:2:1": "null"})
+    marker = str(flagperf_home / "benchmarks" / "escaper")
+    try:
+        code, out, err = run_cli(["run", "--config", conf], home=flagperf_home, timeout=120)
+    finally:
+        leftovers = processes_matching(marker)
+    kill_all(leftovers)
+    assert code == 0, out + err
+    run = only_run_dir(tmp_path / "result")
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["cases"][0]["status"] == "passed"
+    assert leftovers == []
+    _assert_daemons_reaped(run / "escaper-pytorch-test-1x2" / "round1" / "localhost_noderank0", marker, 2,
+                           "SIGTERM")
+
+
+def test_daemon_left_by_a_failing_rank_is_reaped(tmp_path, flagperf_home):
+    """Rank 1 fails, rank 0 is stopped by the launcher; both daemons ignore SIGTERM, so SIGKILL ends them."""
+    override = flagperf_home / "vendors" / "cpu" / "escaper"
+    override.mkdir()
+    (override / "config_fail.yaml").write_text("fail_rank: 1\nfail_code: 5\nsleep_s: 120\n"
+                                               "daemon_ignores_term: true\n")
+    conf = write_conf(tmp_path, {"escaper:pytorch:fail:1:2:1": "null"})
+    marker = str(flagperf_home / "benchmarks" / "escaper")
+    t0 = time.monotonic()
+    try:
+        code, out, err = run_cli(["run", "--config", conf], home=flagperf_home, timeout=120)
+    finally:
+        leftovers = processes_matching(marker)
+    kill_all(leftovers)
+    elapsed = time.monotonic() - t0
+    assert code == 1, out + err
+    assert leftovers == []
+    assert elapsed < 40, f"reaping took too long ({elapsed:.0f} s)"
+    run = only_run_dir(tmp_path / "result")
+    node = run / "escaper-pytorch-fail-1x2" / "round1" / "localhost_noderank0"
+    ranks = {r["rank"]: r for r in json.loads((node / "ranks.json").read_text())["ranks"]}
+    assert ranks[1]["exit_code"] == 5 and ranks[0]["exit_code"] == -signal.SIGTERM
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["cases"][0]["status"] == "failed"
+    _assert_daemons_reaped(node, marker, 2, "SIGKILL")
+
+
+def test_interrupted_run_reaps_the_daemons(tmp_path, flagperf_home):
+    """SIGINT to flagperf: the launcher, stopped by SIGTERM, still ends what its ranks left behind."""
+    (flagperf_home / "benchmarks" / "escaper" / "case_config.yaml").write_text("sleep_s: 120\n")
+    conf = write_conf(tmp_path, {"escaper:pytorch:long:1:2:1": "null"})
+    marker = str(flagperf_home / "benchmarks" / "escaper")
+    proc = start_cli(["run", "--config", conf], home=flagperf_home)
+    try:
+        node_dir = lambda: list((tmp_path / "result").glob("run*/*/round1/localhost_noderank0"))  # noqa: E731
+        node = wait_for(lambda: node_dir() and len(_daemon_pids(node_dir()[0])) == 2 and node_dir()[0], 60,
+                        "both daemons to start")
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        leftovers = processes_matching(marker)
+        kill_all(leftovers)
+    assert proc.returncode == 130, out + err
+    assert leftovers == []
+    _assert_daemons_reaped(node, marker, 2, "SIGTERM")
+    assert json.loads((node / "ranks.json").read_text())["signalled"] is True
+
+
+def test_busy_master_port_fails_the_check_naming_the_port(tmp_path):
+    """A port already listened on by something else is caught by the check on node 0 (before any round), instead
+    of every case failing with EADDRINUSE inside the ranks."""
+    import socket
+    busy = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    busy.bind(("", 0))
+    busy.listen(1)
+    port = busy.getsockname()[1]
+    try:
+        (tmp_path / "cluster.yaml").write_text(f"HOSTS: [localhost]\nMASTER_PORT: {port}\n")
+        conf = write_conf(tmp_path, {"gemm:pytorch:port:1:1:1": "null"}, CLUSTER="cluster.yaml")
+        code, out, err = run_cli(["check", "--config", conf])
+        assert code == 3 and "port_in_use" in out and f"MASTER_PORT {port}" in out, out + err
+        code, out, err = run_cli(["run", "--config", conf])
+        assert code == 3 and "port_in_use" in out, out + err
+        assert not list((tmp_path / "result").glob("run*/*/round1/*/rank0.out.log"))
+    finally:
+        busy.close()

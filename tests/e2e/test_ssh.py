@@ -255,3 +255,49 @@ def test_deploy_failure_is_named_as_such_and_no_case_runs(tmp_path, ssh_bed):
     assert [h["outcome"] for h in summary["host_checks"]] == ["deploy_failed"]
     assert [c["status"] for c in summary["cases"]] == ["not_run"]
     assert "failed their check" in summary["cases"][0]["rounds"][0]["failure"]["reason"]
+
+
+def test_frozen_host_fails_the_case_naming_it_within_the_heartbeat_bound(tmp_path, ssh_bed, flagperf_home):
+    """Host 1's sshd and every process of it are stopped (SIGSTOP) mid-round: the case fails naming that host
+    within the heartbeat bound (30 s), not at CASE_TIMEOUT, and the run goes on to the next case."""
+    import os
+    _cluster(ssh_bed, tmp_path)
+    override = flagperf_home / "vendors" / "cpu" / "sleeper"
+    override.mkdir()
+    (override / "config_long.yaml").write_text("sleep_s: 300\n")
+    conf = write_conf(tmp_path, {"sleeper:pytorch:long:2:1:1": "null", "gemm:pytorch:after:1:1:1": "null"},
+                      CLUSTER="cluster.yaml", CASE_TIMEOUT=600)
+    proc = start_cli(["run", "--config", conf], home=flagperf_home)
+    frozen = []
+    try:
+        host1 = Path(ssh_bed.hosts[1]["flagperf_path"]) / "result"
+        wait_for(lambda: list(host1.glob("run*/*/round1/*_noderank1/rank1.out.log")), 120, "the ranks to start")
+        time.sleep(2.0)
+        frozen = ssh_bed.pids(1)
+        t0 = time.monotonic()
+        for pid in frozen:
+            try:
+                os.kill(pid, signal.SIGSTOP)
+            except ProcessLookupError:
+                pass
+        out, err = proc.communicate(timeout=240)
+        took = time.monotonic() - t0
+    finally:
+        for pid in frozen:
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1, out + err
+    assert f"host {ssh_bed.addresses[1]} lost" in out, out
+    summary = json.loads((only_run_dir(tmp_path / "result") / "summary.json").read_text())
+    first, after = summary["cases"]
+    assert first["status"] == "failed"
+    assert f"host {ssh_bed.addresses[1]} stopped answering" in first["rounds"][0]["failure"]["reason"]
+    assert after["status"] == "passed"          # node 0 only: the run went on
+    # the failure came from the heartbeat (interval 5 s + timeout 25 s), plus stopping node 0 (its ranks get
+    # SIGTERM, then SIGKILL after 10 s) and the next case; far below CASE_TIMEOUT
+    assert took < 120, took
+    assert "Traceback" not in out + err

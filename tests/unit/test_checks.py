@@ -101,3 +101,12 @@ def test_a_tree_without_the_contract_module_is_named():
     assert c.outcome == "deploy_path_missing" and "flagperf_contract.py" in c.detail
     data["paths"][f"{FP}/flagperf_contract.py"] = {"exists": False, "is_file": True}
     assert judge(json.dumps(data)).ok
+
+
+def test_master_port_taken_on_node_0_is_named():
+    data = json.loads(answer())
+    data["master_port"] = {"port": 29501, "free": False, "error": "OSError: [Errno 98] Address already in use"}
+    c = judge(json.dumps(data))
+    assert c.outcome == "port_in_use" and "MASTER_PORT 29501" in c.detail and "MASTER_PORT" in c.remedy
+    data["master_port"] = {"port": 29501, "free": True, "error": None}
+    assert judge(json.dumps(data)).ok

@@ -76,7 +76,7 @@ ERRORS = [
                  [("test.yaml", 4, ["CLEAR_CACHES: expected true or false", "'yes please'"])],
                  id="clear-caches-string"),
     pytest.param({"test.yaml": conf("MONITOR_INTERVAL: -1")}, [],
-                 [("test.yaml", 4, ["MONITOR_INTERVAL: expected a number of seconds > 0, got -1"])],
+                 [("test.yaml", 4, ["MONITOR_INTERVAL: expected a number of seconds from 0.05 to 3600, got -1"])],
                  id="monitor-interval-negative"),
     pytest.param({"test.yaml": conf("MONITOR_INTERVAL: fast")}, [],
                  [("test.yaml", 4, ["MONITOR_INTERVAL: expected a number", "'fast'"])],
@@ -85,7 +85,8 @@ ERRORS = [
                  [("test.yaml", 4, ["MONITOR_INTERVAL: expected a number", "True"])],
                  id="monitor-interval-bool"),
     pytest.param({"test.yaml": conf("CASE_TIMEOUT: 0")}, [],
-                 [("test.yaml", 4, ["CASE_TIMEOUT: expected a number of seconds > 0, got 0"])], id="case-timeout"),
+                 [("test.yaml", 4, ["CASE_TIMEOUT: expected a number of seconds > 0 and at most 2592000 (30 days), "
+                                    "got 0"])], id="case-timeout"),
     pytest.param({"test.yaml": conf('SHM_SIZE: "lots"')}, [],
                  [("test.yaml", 4, ["SHM_SIZE: expected a size such as 32G", "'lots'"])], id="shm-size"),
     pytest.param({"test.yaml": conf("FLAGPERF_LOG_LEVEL: loud")}, [],

@@ -284,3 +284,31 @@ def test_write_json_atomic_refuses_nan_and_keeps_the_old_file(tmp_path):
     assert json.loads(path.read_text()) == {"v": 1}
     leftovers = [p for p in os.listdir(tmp_path) if p != "out.json"]
     assert leftovers == [], f"write_json_atomic left a temporary file behind: {leftovers}"
+
+
+# ------------------------------------------------------------------------------ ranks.json: reaped processes
+def test_rank_report_reaped_round_trip_and_older_files():
+    reaped = [{"pid": 4321, "cmdline": "python3 -c ... escaper-daemon", "signal": "SIGTERM"},
+              {"pid": 4322, "cmdline": "sleep 600", "signal": "SIGKILL", "survived": True}]
+    report = RankReport(0, [RankRecord(0, 0, 100, 0)], reaped=reaped)
+    d = report.to_dict()
+    assert d["reaped"] == reaped
+    assert RankReport.from_dict(json.loads(json.dumps(d))) == report
+    assert rank_report().to_dict()["reaped"] == [] and rank_report().reaped == []
+    older = rank_report().to_dict()
+    older.pop("reaped")                          # written before the field existed: still valid
+    assert RankReport.from_dict(older).reaped == []
+
+
+@pytest.mark.parametrize("reaped, message", [
+    ("none", "'reaped': expected a list"),
+    ([5], "reaped[0]: expected a reaped process object, got int"),
+    ([{"cmdline": "x"}], "reaped[0]: missing key 'pid'"),
+    ([{"pid": "1"}], "reaped[0]: 'pid': expected an integer"),
+    ([{"pid": 1, "signal": 9}], "reaped[0]: 'signal': expected a string or null"),
+])
+def test_rank_report_bad_reaped(reaped, message):
+    d = rank_report().to_dict()
+    d["reaped"] = reaped
+    with pytest.raises(ContractError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        RankReport.from_dict(d)

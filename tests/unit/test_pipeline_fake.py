@@ -2,6 +2,7 @@
 codes, failure records, summary.json and report.md, host checks, nproc auto and the order of backend calls."""
 import json
 import math
+import time
 
 import pytest
 
@@ -522,3 +523,24 @@ def test_unexpected_backend_exception_fails_the_round_not_the_run(tmp_path):
     r = only_round(s, GEMM_NAME)
     assert r.status == "error" and "Too many open files" in r.failure["reason"]
     assert only_round(s, GPT_NAME).status == "passed"
+
+
+def test_frozen_host_fails_the_round_naming_it_and_later_rounds_skip_it(tmp_path, monkeypatch):
+    """A host that stops answering its heartbeat fails the running round within the heartbeat bound, naming the
+    host; its processes are not waited for, and later rounds on it fail at once."""
+    import flagperf.pipeline as pipeline_mod
+    monkeypatch.setattr(pipeline_mod, "HEARTBEAT_INTERVAL_S", 0.2)
+
+    class Freezing(FakeBackend):
+        def heartbeat(self, hosts):
+            return {h.address: "no answer (frozen)" for h in hosts}
+
+    backend = Freezing(scripts={"gemm": NodeScript(hang=True)})
+    t0 = time.monotonic()
+    code, s, said, backend, plan = run(tmp_path, [GEMM, GPT], backend=backend)
+    assert time.monotonic() - t0 < 10
+    assert code == EXIT_CASE_FAILED
+    r = only_round(s, GEMM_NAME)
+    assert r.status == "failed" and "host localhost stopped answering" in r.failure["reason"]
+    later = only_round(s, GPT_NAME)
+    assert later.status == "error" and "lost earlier in this run" in later.failure["reason"]

@@ -203,21 +203,19 @@ def test_cases_with_same_name_get_distinct_directories(tmp_path, write, source_r
     assert [h.address for h in plan.hosts] == ["localhost"]     # no case needs the second host
 
 
-def test_new_run_id_avoids_existing_directories(tmp_path):
+def test_new_run_id_is_unique_within_one_second(tmp_path):
     now = 1_700_000_000.0
     first = new_run_id(tmp_path, now)
-    assert re.fullmatch(r"run\d{14}", first)
+    assert re.fullmatch(r"run\d{14}-[0-9a-f]{6}", first)
     assert list(tmp_path.iterdir()) == []                        # it only looks
-    (tmp_path / first).mkdir()
-    assert new_run_id(tmp_path, now) == f"{first}-2"
-    (tmp_path / f"{first}-2").mkdir()
-    assert new_run_id(tmp_path, now) == f"{first}-3"
+    ids = {new_run_id(tmp_path, now) for _ in range(200)}        # same second, as two drivers would be
+    assert len(ids) == 200 and all(i[:17] == first[:17] for i in ids)
 
 
 def test_build_plan_without_run_id_picks_a_fresh_one(tmp_path, write, source_root):
     cfg = load_config(two_host_config(tmp_path, write), source_root=source_root, detect=fail_detect)
     plan = build_plan(cfg)
-    assert re.fullmatch(r"run\d{14}(-\d+)?", plan.run_id)
+    assert re.fullmatch(r"run\d{14}-[0-9a-f]{6}", plan.run_id)
     assert plan.run_dir == cfg.test.log_path / plan.run_id
     assert not cfg.test.log_path.exists()
 
@@ -243,7 +241,7 @@ def test_dry_run_prints_the_plan_and_creates_nothing(tmp_path, write, run_cli):
     m = re.search(r"^run directory: (\S+)", out, re.M)
     assert m, out
     run_dir = Path(m.group(1))
-    assert run_dir.parent == log and re.fullmatch(r"run\d{14}(-\d+)?", run_dir.name)
+    assert run_dir.parent == log and re.fullmatch(r"run\d{14}-[0-9a-f]{6}", run_dir.name)
     run_id = run_dir.name
     assert "runtime: bare" in out
     assert "vendor: nvidia" in out

@@ -1,0 +1,91 @@
+"""Disk and filesystem errors on the driver: a result path that is a file, a read-only result directory, a disk
+that fills up mid-run. Real filesystems (tmpfs mounts, as root) and real ranks: one line, a documented exit code,
+never a traceback or exit 4, and whatever could be written is kept."""
+
+import json
+import os
+import subprocess
+from contextlib import contextmanager
+
+
+from testbed.realparts import unavailable
+
+from .conftest import run_cli, start_cli, wait_for, write_conf
+
+
+@contextmanager
+def tmpfs(path, size="1m", readonly=False):
+    path.mkdir(parents=True, exist_ok=True)
+    if os.geteuid() != 0:
+        unavailable("mounting a tmpfs needs root")
+    opts = f"size={size}" + (",ro" if readonly else "")
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", opts, "tmpfs", str(path)], capture_output=True, text=True)
+    if r.returncode != 0:
+        unavailable(f"cannot mount a tmpfs here: {r.stderr.strip()}")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], capture_output=True)
+
+
+def one_line_error(out, err):
+    assert "Traceback" not in out + err and "internal error" not in out + err, out + err
+
+
+def test_result_path_that_is_a_file(tmp_path):
+    blocker = tmp_path / "result"
+    blocker.write_text("not a directory\n")
+    conf = write_conf(tmp_path, {"gemm:pytorch:f:1:1:1": "null"}, FLAGPERF_LOG_PATH=blocker)
+    code, out, err = run_cli(["run", "--config", conf])
+    assert code == 3, out + err
+    one_line_error(out, err)
+    assert "cannot create the run directory" in out and "nothing was run" in out
+
+
+def test_read_only_result_directory(tmp_path):
+    with tmpfs(tmp_path / "ro", readonly=True) as ro:
+        conf = write_conf(tmp_path, {"gemm:pytorch:ro:1:1:1": "null"}, FLAGPERF_LOG_PATH=ro / "result")
+        code, out, err = run_cli(["run", "--config", conf])
+    assert code == 3, out + err
+    one_line_error(out, err)
+    assert "Read-only file system" in out
+
+
+def test_tiny_disk_is_caught_by_the_check(tmp_path):
+    with tmpfs(tmp_path / "small", size="64k") as small:
+        conf = write_conf(tmp_path, {"gemm:pytorch:full:1:1:1": "null"}, FLAGPERF_LOG_PATH=small / "result")
+        code, out, err = run_cli(["run", "--config", conf])
+    assert code == 3 and "low_disk" in out, out + err
+    one_line_error(out, err)
+
+
+def test_disk_fills_up_mid_run(tmp_path, flagperf_home):
+    """The disk under the run directory fills up while a rank runs: the round fails (its rank cannot write its
+    result), summary.json is either complete or reported as not written, exit 1, no traceback."""
+    (flagperf_home / "vendors" / "cpu" / "sleeper").mkdir()
+    (flagperf_home / "vendors" / "cpu" / "sleeper" / "config_full.yaml").write_text("sleep_s: 4\n")
+    with tmpfs(tmp_path / "disk", size="1100m") as disk:
+        conf = write_conf(tmp_path, {"sleeper:pytorch:full:1:1:1": "null"}, FLAGPERF_LOG_PATH=disk / "result")
+        proc = start_cli(["run", "--config", conf], home=flagperf_home)
+        try:
+            wait_for(lambda: list((disk / "result").glob("run*/*/round1/*/rank0.out.log")), 60, "the rank to start")
+            with open(disk / "filler", "wb") as f:           # fill every byte that is left
+                chunk = b"\0" * (1 << 20)
+                try:
+                    while True:
+                        f.write(chunk)
+                        f.flush()
+                except OSError:
+                    pass
+            out, err = proc.communicate(timeout=120)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        runs = list((disk / "result").glob("run*"))
+        summary = runs[0] / "summary.json" if runs else None
+        if summary is not None and summary.is_file():
+            json.loads(summary.read_text())        # complete JSON, never half a file
+        else:
+            assert "cannot write" in out and "summary.json" in out, out
+    assert proc.returncode == 1, out + err
+    one_line_error(out, err)
