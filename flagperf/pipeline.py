@@ -399,6 +399,7 @@ class Run:
             if o.ok:
                 files, size = o.value
                 self.log.info(f"{o.key.label}: collected {files} file(s), {size} bytes into {o.key.local_dir}")
+                # what was left on the host or refused is logged by the transport (treesync.report_fetch)
             else:
                 self.step(f"{o.key.label}: collect failed: {o.error}", logging.ERROR)
 

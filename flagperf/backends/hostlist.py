@@ -159,7 +159,9 @@ class HostListBackend(Backend):
             self.runtime.cleanup(self.transports[node.host.address], node, self.log)
 
     def collect(self, node) -> tuple:
-        return self._transport(node).fetch_tree(node.node_dir, node.local_dir)
+        """(files, bytes) fetched; the FetchResult also says what was left on the host or refused (``notes``)."""
+        cap = getattr(getattr(self.config, "test", None), "collect_max_bytes", None)
+        return self._transport(node).fetch_tree(node.node_dir, node.local_dir, max_bytes=cap)
 
     # -- housekeeping ---------------------------------------------------------------------------------------
     def clean(self, hosts, run_id=None) -> dict:

@@ -76,7 +76,7 @@ class Transport(abc.ABC):
         ...
 
     @abc.abstractmethod
-    def fetch_tree(self, remote_dir: str, local_dir) -> tuple:
+    def fetch_tree(self, remote_dir: str, local_dir, max_bytes: int | None = None) -> tuple:
         """Copy what is missing (or differs in size) from a folder on the host into a folder on the driver;
         returns (files, bytes) copied. Running it twice copies nothing the second time."""
 

@@ -110,3 +110,19 @@ def test_master_port_taken_on_node_0_is_named():
     assert c.outcome == "port_in_use" and "MASTER_PORT 29501" in c.detail and "MASTER_PORT" in c.remedy
     data["master_port"] = {"port": 29501, "free": True, "error": None}
     assert judge(json.dumps(data)).ok
+
+
+def test_collect_max_bytes_reaches_the_transport():
+    from flagperf.backends.hostlist import HostListBackend
+    seen = {}
+
+    class Transport:
+        def fetch_tree(self, remote_dir, local_dir, max_bytes=None):
+            seen["cap"] = max_bytes
+            return 0, 0
+
+    backend = HostListBackend.__new__(HostListBackend)
+    backend.config = SimpleNamespace(test=SimpleNamespace(collect_max_bytes=12345))
+    backend.transports = {"h": Transport()}
+    node = SimpleNamespace(host=SimpleNamespace(address="h"), node_dir="/x", local_dir="/y", label="h_noderank0")
+    assert backend.collect(node) == (0, 0) and seen["cap"] == 12345
