@@ -1,6 +1,6 @@
-"""Disk and filesystem errors on the driver: a result path that is a file, a read-only result directory, a disk
+"""Faults on the driver: a result path that is a file, a read-only result directory, a disk
 that fills up mid-run. Real filesystems (tmpfs mounts, as root) and real ranks: one line, a documented exit code,
-never a traceback or exit 4, and whatever could be written is kept."""
+never a traceback or exit 4, and whatever could be written is kept. And a signal during a slow check."""
 
 import json
 import os
@@ -89,3 +89,32 @@ def test_disk_fills_up_mid_run(tmp_path, flagperf_home):
             assert "cannot write" in out and "summary.json" in out, out
     assert proc.returncode == 1, out + err
     one_line_error(out, err)
+
+
+def test_sigterm_during_a_slow_check_is_an_interrupt_not_a_host_failure(tmp_path):
+    """SIGTERM while the check waits on a host that does not answer: exit 130 within 10 s, the summary says
+    interrupted, and nothing is reported as a host failure (exit 3)."""
+    import signal
+    import time
+    slow = tmp_path / "slowpython"
+    slow.write_text("#!/bin/sh\nsleep 60\n")
+    slow.chmod(0o755)
+    (tmp_path / "cluster.yaml").write_text(f"HOSTS:\n  - HOST: localhost\n    PYTHON: {slow}\n")
+    conf = write_conf(tmp_path, {"gemm:pytorch:slow:1:1:1": "null"}, CLUSTER="cluster.yaml")
+    proc = start_cli(["run", "--config", conf])
+    try:
+        wait_for(lambda: list((tmp_path / "result").glob("run*/flagperf_run.log")), 30, "the run to start")
+        time.sleep(1.0)
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=30)
+        took = time.monotonic() - t0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, out + err
+    assert took < 10, took
+    one_line_error(out, err)
+    run = next((tmp_path / "result").glob("run*"))
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["status"] == "interrupted" and summary["host_checks"] == []
