@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from testbed.realparts import unavailable
+
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 from monitors.accel import _cli, cnmon, npu_smi, nvml  # noqa: E402
@@ -66,7 +68,7 @@ def tool_path(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", f"{bin_dir}:/bin:/usr/bin")     # the stand-ins need sh, cat, sleep, wc
     for tool in ("npu-smi", "cnmon"):
         if shutil.which(tool):
-            pytest.skip(f"this machine has a real {tool}")
+            unavailable(f"this machine has a real {tool} in /bin or /usr/bin, which the stand-ins cannot shadow")
     monkeypatch.setattr(npu_smi, "EXTRA_DIRS", ())
     monkeypatch.setattr(cnmon, "EXTRA_DIRS", ())
     return bin_dir
