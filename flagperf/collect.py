@@ -85,7 +85,7 @@ def collect_run(run_dir: Path, *, accept_new_host_keys: bool = False, log=None) 
     if name not in backend_names():
         raise ConfigError(f"{run_dir / 'run.json'}: backend {name!r} is not known to this flagperf")
     config = SimpleNamespace(cluster=ClusterConfig(None, tuple(hosts), rec.get("known_hosts", ""), 0),
-                             test=SimpleNamespace(runtime="bare"))
+                             test=SimpleNamespace(runtime="bare", collect_max_bytes=None))
     backend = backend_class(name)(config, log or logging.getLogger("flagperf.collect"),
                                   accept_new_host_keys=accept_new_host_keys)
     results = {f.host: HostCollect(f.host, 0, 0, 0, f"{f.outcome}: {f.detail}") for f in backend.connect(hosts)}

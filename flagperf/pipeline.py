@@ -88,6 +88,7 @@ class Run:
         self.backend = backend or open_backend(self.config, self.log, accept_new_host_keys=accept_new_host_keys)
         self.reported_sensors: set = set()
         self.lost_hosts: dict = {}          # address -> why: hosts that stopped answering during a round
+        self.host_of: dict = {}             # node label -> host address, for every node a round started
         self.summary_problem: str | None = None
         self.summary = self._empty_summary(plan)
 
@@ -241,6 +242,7 @@ class Run:
         self.step(f"{label}: start on {', '.join(n.label for n in rnd.nodes)}")
         t0 = time.monotonic()
         nodes = list(rnd.nodes)
+        self.host_of.update((n.label, n.host.address) for n in nodes)
         monitors: dict = {}
         launchers: dict = {}
         wait = Wait(WaitEnd.ERROR, "the round did not start")
@@ -362,7 +364,7 @@ class Run:
         """Signal every process still running, wait up to grace, then SIGKILL. Processes on lost hosts are left:
         signalling them would only wait for a host that does not answer (the host's own watchdogs stop them when
         their parent connection goes)."""
-        procs = {n: p for n, p in procs.items() if n.rsplit("_noderank", 1)[0] not in self.lost_hosts}
+        procs = {n: p for n, p in procs.items() if self.host_of.get(n) not in self.lost_hosts}
         running = {n: p for n, p in procs.items() if p.wait(0) is None}
         for name, proc in running.items():
             self.log.info(f"{name}: stopping the {what} (pid {proc.pid}) with {signal.Signals(sig).name}")

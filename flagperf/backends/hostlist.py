@@ -160,8 +160,8 @@ class HostListBackend(Backend):
 
     def collect(self, node) -> tuple:
         """(files, bytes) fetched; the FetchResult also says what was left on the host or refused (``notes``)."""
-        cap = getattr(getattr(self.config, "test", None), "collect_max_bytes", None)
-        return self._transport(node).fetch_tree(node.node_dir, node.local_dir, max_bytes=cap)
+        return self._transport(node).fetch_tree(node.node_dir, node.local_dir,
+                                                max_bytes=self.config.test.collect_max_bytes)
 
     # -- housekeeping ---------------------------------------------------------------------------------------
     def clean(self, hosts, run_id=None) -> dict:
