@@ -50,6 +50,7 @@ CHECK_FAILED_EXIT = 3                   # a benchmark whose result is wrong exit
 CONFIG_ERROR_EXIT = 2                   # a benchmark that cannot use its case config exits with this
 LAUNCHER_SIGNALLED_EXIT = 143           # the node launcher was stopped by a signal
 LAUNCHER_BAD_SPEC_EXIT = 2
+LAUNCHER_CANNOT_WRITE_EXIT = 4          # the node launcher could not write its node directory (disk full, read-only)
 
 
 def rank_log_name(rank: int) -> str:

@@ -30,7 +30,7 @@ from flagperf.backends import Backend, BackendError, open_backend
 from flagperf.backends.base import HEARTBEAT_INTERVAL_S, HEARTBEAT_TIMEOUT_S
 from flagperf.checks import failed, needed_accelerators
 from flagperf.errors import EXIT_CASE_FAILED, EXIT_HOSTS, EXIT_INTERRUPTED, EXIT_OK, Interrupted
-from flagperf.hosts.fanout import fan_out
+from flagperf.hosts.fanout import CANCELLED, fan_out
 from flagperf.plan import Plan, build_plan
 from flagperf.reporters import write_reports
 from flagperf.results import perflog
@@ -43,6 +43,7 @@ from flagperf_contract import (RANKS_FILE, ContractError, RankReport, now_iso, r
 
 RUN_LOG = "flagperf_run.log"
 STOP_GRACE_S = 15.0        # after SIGTERM to a node launcher (it gives its ranks 10 s), before SIGKILL
+COLLECT_GRACE_S = 3.0      # interrupted while collecting: fetches still running after this are cut short
 HURRY_GRACE_S = 2.0        # interrupted: after this, a second SIGTERM makes the launchers SIGKILL their ranks
 TAIL_LINES = 12
 RUN_SCHEMA = "flagperf.run/1"
@@ -284,7 +285,7 @@ class Run:
             wait = Wait(WaitEnd.ERROR, f"unexpected {type(exc).__name__}: {exc} (traceback in {RUN_LOG})")
             self.step(f"{label}: {wait.reason}", level=logging.ERROR)
         finally:
-            with _signals_deferred():
+            with _signals_deferred() as held:
                 hurry = wait.end == WaitEnd.INTERRUPTED
                 if hurry:       # interrupted: exit within seconds; a second signal makes the launchers SIGKILL
                     self._stop(launchers, "launcher", signal.SIGTERM, HURRY_GRACE_S, second=signal.SIGTERM)
@@ -297,7 +298,12 @@ class Run:
                         self.backend.cleanup_node(node)
                     except Exception as exc:  # noqa: BLE001 - cleanup goes on for every node
                         self.step(f"{node.label}: cleanup failed: {exc}", level=logging.ERROR)
-                self._collect(nodes)
+                left = self._collect(nodes, stop=lambda: bool(held.pending))
+                if left and wait.end != WaitEnd.INTERRUPTED:
+                    # a signal arrived while collecting: the round is not judged on half its files
+                    wait = Wait(WaitEnd.INTERRUPTED, f"interrupted during collect; the logs of {', '.join(left)} "
+                                                     f"stay on the host (`flagperf collect {self.plan.run_dir}` "
+                                                     f"fetches them)")
                 res.duration_s = time.monotonic() - t0
                 self._judge(nodes, launchers, wait, res)
                 self._report_round(label, res)
@@ -390,20 +396,27 @@ class Run:
                 self.step(f"{node.label}: CLEAR_CACHES: cannot drop the page cache ({why or 'not permitted'}); "
                           f"going on", logging.WARNING)
 
-    def _collect(self, nodes):
+    def _collect(self, nodes, stop=None) -> list:
+        """Fetch every node's directory; returns the labels of the nodes whose fetch a signal cut short."""
         for node in nodes:
             if node.host.address in self.lost_hosts:
                 self.step(f"{node.label}: not collected: host {node.host.address} lost "
                           f"({self.lost_hosts[node.host.address]}); `flagperf collect` fetches it later",
                           logging.WARNING)
         nodes = [n for n in nodes if n.host.address not in self.lost_hosts]
-        for o in fan_out(nodes, self.backend.collect, deadline_s=600):
-            if o.ok:
+        cut = []
+        for o in fan_out(nodes, self.backend.collect, deadline_s=600, stop=stop, stop_grace_s=COLLECT_GRACE_S):
+            if not o.ok and o.error == CANCELLED:
+                cut.append(o.key.label)
+                self.step(f"{o.key.label}: collect cut short by the interrupt; the files stay on "
+                          f"{o.key.host.address}", logging.WARNING)
+            elif o.ok:
                 files, size = o.value
                 self.log.info(f"{o.key.label}: collected {files} file(s), {size} bytes into {o.key.local_dir}")
                 # what was left on the host or refused is logged by the transport (treesync.report_fetch)
             else:
                 self.step(f"{o.key.label}: collect failed: {o.error}", logging.ERROR)
+        return cut
 
     # -- results ------------------------------------------------------------------------------------------------
     def _judge(self, nodes, launchers, wait: Wait, res: RoundSummary):

@@ -15,7 +15,8 @@ its round. What had to be ended is listed under ``reaped`` in ``ranks.json`` and
 
 Writes ``launcher.log`` (its own log) and ``ranks.json`` (schema ``flagperf.ranks/1``: every rank's pid and
 exit code, and the processes reaped). Exit status: 0 when every rank exited 0, 1 when a rank failed, 143 when
-stopped by a signal, 2 for a bad spec.
+stopped by a signal, 2 for a bad spec, 4 when it cannot write its node directory (a full disk, no inodes, a
+read-only filesystem): the driver says so instead of "ranks.json missing".
 """
 
 import argparse
@@ -30,8 +31,8 @@ import time
 
 # FLAGPERF_PATH (the folder holding launcher/) holds the contract module shared with the driver.
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from flagperf_contract import (LAUNCH_FILE, LAUNCHER_BAD_SPEC_EXIT, LAUNCHER_LOG,  # noqa: E402
-                               LAUNCHER_SIGNALLED_EXIT, RANKS_FILE, ContractError, LaunchSpec, RankRecord,
+from flagperf_contract import (LAUNCH_FILE, LAUNCHER_BAD_SPEC_EXIT, LAUNCHER_CANNOT_WRITE_EXIT,  # noqa: E402
+                               LAUNCHER_LOG, LAUNCHER_SIGNALLED_EXIT, RANKS_FILE, ContractError, LaunchSpec, RankRecord,
                                RankReport, now_iso, rank_log_name, read_json_file, write_json_atomic)
 
 
@@ -171,7 +172,10 @@ class Launcher:
         self.reaped = []        # processes left behind by the ranks, ended by reap()
 
     def log(self, msg):
-        self.log_file.write(f"{now_iso()} {msg}\n")
+        try:
+            self.log_file.write(f"{now_iso()} {msg}\n")
+        except (OSError, ValueError):       # a full disk (or a closed file) must not stop the launcher
+            pass
 
     def rank_env(self, local_rank, rank):
         s = self.spec
@@ -297,7 +301,11 @@ def main(argv=None):
     except (OSError, ContractError) as exc:
         print(f"node_launcher: bad spec: {exc}", file=sys.stderr)
         return LAUNCHER_BAD_SPEC_EXIT
-    launcher = Launcher(spec)
+    try:
+        launcher = Launcher(spec)
+    except OSError as exc:
+        _say(f"node_launcher: cannot write in {spec.out_dir}: {exc}")
+        return LAUNCHER_CANNOT_WRITE_EXIT
     signalled = []
 
     def on_signal(signum, _frame):
@@ -317,15 +325,36 @@ def main(argv=None):
         launcher.stop_all("a rank could not be started")
         launcher.wait()
         launcher.reap()
-        launcher.report(False)
-        print(f"node_launcher: cannot start a rank: {exc}", file=sys.stderr)
+        try:
+            launcher.report(False)
+        except OSError as exc2:
+            _say(f"node_launcher: cannot start a rank ({exc}) nor write {RANKS_FILE}: {exc2}")
+            return LAUNCHER_CANNOT_WRITE_EXIT
+        _say(f"node_launcher: cannot start a rank: {exc}")
         return 1
     launcher.wait()
     launcher.reap()
-    code = launcher.report(bool(signalled))
+    try:
+        code = launcher.report(bool(signalled))
+    except OSError as exc:
+        _say(f"node_launcher: cannot write {RANKS_FILE} in {spec.out_dir}: {exc}")
+        return LAUNCHER_CANNOT_WRITE_EXIT
     launcher.log(f"launcher done, exit status {code}")
     return code
 
 
+def _say(text):
+    try:
+        print(text, file=sys.stderr, flush=True)
+    except OSError:         # stderr is a file on the same full disk
+        pass
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    status = main()
+    try:        # a full disk under stdout must not turn the status into Python's 120
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except OSError:
+        pass
+    os._exit(status)

@@ -18,12 +18,19 @@ class Outcome:
     exc: BaseException | None = None
 
 
-def fan_out(items, fn: Callable, *, deadline_s: float, max_workers: int = 32) -> list:
+CANCELLED = "cancelled: the run was interrupted"
+
+
+def fan_out(items, fn: Callable, *, deadline_s: float, max_workers: int = 32,
+            stop: Callable[[], bool] | None = None, stop_grace_s: float = 3.0) -> list:
     """Run ``fn(item)`` for every item in parallel; one Outcome per item, in the items' order.
 
     An exception becomes a failed Outcome with its message; an item still running when the deadline passes
     becomes a failed Outcome saying so. Workers are daemon threads: an item that outlives its deadline, or a
     SIGINT/SIGTERM in the calling thread (which propagates at once), never keeps the driver from exiting.
+
+    ``stop`` is polled twice a second (for a signal held while cleanup runs): once it is true, items still
+    running get ``stop_grace_s`` more, then become failed Outcomes whose error is ``CANCELLED``.
     """
     items = list(items)
     if not items:
@@ -53,10 +60,15 @@ def fan_out(items, fn: Callable, *, deadline_s: float, max_workers: int = 32) ->
 
     for i, item in enumerate(items):
         threading.Thread(target=work, args=(i, item), daemon=True, name=f"fanout-{i}").start()
+    cancel_at = None
     try:
         with done:
             while len(results) < len(items) and not fatal:
+                if cancel_at is None and stop is not None and stop():
+                    cancel_at = time.monotonic() + stop_grace_s
                 left = deadline_s - (time.monotonic() - t0)
+                if cancel_at is not None:
+                    left = min(left, cancel_at - time.monotonic())
                 if left <= 0:
                     break
                 done.wait(min(left, 0.5))       # short waits: a signal handler in this thread runs promptly
@@ -65,5 +77,9 @@ def fan_out(items, fn: Callable, *, deadline_s: float, max_workers: int = 32) ->
         expired.set()
     if fatal:
         raise fatal[0]
-    return [snapshot.get(i) or Outcome(item, False, None, f"no answer within {deadline_s:g} s", deadline_s)
+    if cancel_at is not None:
+        missing, took = CANCELLED, time.monotonic() - t0
+    else:
+        missing, took = f"no answer within {deadline_s:g} s", deadline_s
+    return [snapshot.get(i) or Outcome(item, False, None, missing, took)
             for i, item in enumerate(items)]

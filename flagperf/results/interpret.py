@@ -13,7 +13,7 @@ import enum
 import signal
 from dataclasses import dataclass, field
 
-from flagperf_contract import Finished, RankReport, validate_finished
+from flagperf_contract import LAUNCHER_CANNOT_WRITE_EXIT, Finished, RankReport, validate_finished
 
 
 class Status(str, enum.Enum):
@@ -126,7 +126,10 @@ def interpret_round(ev: RoundEvidence) -> Verdict:
         bad = next((n for n in ev.nodes if n.label == w.node), None)
         failure = {"reason": w.reason or f"node {w.node} failed", "node": w.node}
         if bad is not None:
-            if bad.ranks_problem:
+            if bad.launcher_exit == LAUNCHER_CANNOT_WRITE_EXIT:
+                failure["reason"] += (f"; its launcher could not write the node directory on host {bad.host} "
+                                      f"(disk full, out of inodes or read-only: see the host's free space)")
+            elif bad.ranks_problem:
                 failure["reason"] += f"; {bad.ranks_problem}"
             failure.update(exit_code=bad.launcher_exit, log=bad.output_log, last_lines=list(bad.output_tail))
         return Verdict(Status.FAILED, failure)

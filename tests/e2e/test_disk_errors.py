@@ -118,3 +118,47 @@ def test_sigterm_during_a_slow_check_is_an_interrupt_not_a_host_failure(tmp_path
     run = next((tmp_path / "result").glob("run*"))
     summary = json.loads((run / "summary.json").read_text())
     assert summary["status"] == "interrupted" and summary["host_checks"] == []
+
+
+def _fill(disk):
+    with open(disk / "filler", "wb") as f:           # fill every byte that is left
+        chunk = b"\0" * (1 << 20)
+        try:
+            while True:
+                f.write(chunk)
+                f.flush()
+        except OSError:
+            pass
+
+
+def test_disk_of_a_remote_host_fills_up_mid_run(tmp_path, flagperf_home, ssh_bed_factory):
+    """Host 1's FLAGPERF_PATH (a real sshd host) is on a disk that fills up while its rank runs: the round fails
+    naming that host's node, node 0's logs are collected, the next case still runs, exit 1, no traceback."""
+    import time
+    (flagperf_home / "vendors" / "cpu" / "sleeper").mkdir()
+    (flagperf_home / "vendors" / "cpu" / "sleeper" / "config_full.yaml").write_text("sleep_s: 4\n")
+    with tmpfs(tmp_path / "remote_disk", size="1100m") as disk:
+        bed = ssh_bed_factory(2)        # started after the mount: the hosts' mount namespaces see it
+        bed.write_cluster_yaml(tmp_path / "cluster.yaml", per_host={1: {"FLAGPERF_PATH": str(disk / "flagperf")}})
+        conf = write_conf(tmp_path, {"sleeper:pytorch:full:2:1:1": "null", "sleeper:pytorch:next:1:1:1": "null"},
+                          CLUSTER="cluster.yaml")
+        proc = start_cli(["run", "--config", conf], home=flagperf_home)
+        try:
+            wait_for(lambda: list((disk / "flagperf" / "result").glob("run*/*/round1/*/rank1.out.log")), 120,
+                     "the rank on host 1 to start")
+            _fill(disk)
+            out, err = proc.communicate(timeout=180)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            time.sleep(0.5)
+    assert proc.returncode == 1, out + err
+    one_line_error(out, err)
+    run = next((tmp_path / "result").glob("run*"))
+    summary = json.loads((run / "summary.json").read_text())
+    full, after = summary["cases"]
+    assert full["status"] == "failed", full
+    reason = json.dumps(full["rounds"][0]["failure"])
+    assert f"could not write the node directory on host {bed.addresses[1]}" in reason, reason
+    assert after["status"] == "passed", after
+    assert list(run.glob(f"*/round1/{bed.addresses[0]}_noderank0/rank0.out.log")), "node 0's logs are kept"

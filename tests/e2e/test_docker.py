@@ -5,6 +5,9 @@ import json
 import re
 import signal
 import time
+import uuid
+
+import pytest
 
 from .conftest import materialize, only_run_dir, processes_matching, run_cli, start_cli, wait_for, write_conf
 
@@ -133,6 +136,36 @@ def test_sigint_mid_round_leaves_no_container(tmp_path, flagperf_home, docker_cl
     assert _ours(env.client, run.name) == []
     assert processes_matching("sleeper/main.py") == []
     assert json.loads((run / "summary.json").read_text())["status"] == "interrupted"
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_signal_during_image_build_stops_within_10_s(tmp_path, flagperf_home, docker_clean, sig):
+    """A signal while the image builds: exit 130 within 10 s; the build does not go on without the driver."""
+    env = docker_clean
+    marker = f"flagperf-build-wait-{uuid.uuid4().hex[:8]}"
+    conf = _docker_conf(tmp_path, env, {"sleeper:pytorch:build:1:1:1": "null"})
+    flagperf_home = materialize(flagperf_home)
+    _edit_dockerfile(flagperf_home, f"RUN echo {marker} && sleep 300\n")
+    proc = start_cli(["run", "--config", conf], home=flagperf_home)
+    try:
+        wait_for(lambda: processes_matching(marker), 300, "the build step to start")
+        t0 = time.monotonic()
+        proc.send_signal(sig)
+        out, err = proc.communicate(timeout=60)
+        took = time.monotonic() - t0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, out + err
+    assert took < 10, took
+    assert "Traceback" not in out + err
+    run = only_run_dir(tmp_path / "result")
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["status"] == "interrupted"
+    assert summary["cases"][0]["rounds"][0]["status"] == "not_run"
+    assert (run / "report.md").is_file()
+    wait_for(lambda: not processes_matching(marker), 60, "the daemon to cancel the abandoned build")
+    assert _ours(env.client, run.name) == []
 
 
 def test_clean_removes_leftovers_by_label(tmp_path, docker_clean):

@@ -301,3 +301,80 @@ def test_frozen_host_fails_the_case_naming_it_within_the_heartbeat_bound(tmp_pat
     # SIGTERM, then SIGKILL after 10 s) and the next case; far below CASE_TIMEOUT
     assert took < 120, took
     assert "Traceback" not in out + err
+
+
+def test_ctrl_c_to_the_process_group_during_a_large_collect(tmp_path, ssh_bed, flagperf_home):
+    """Ctrl-C from a terminal reaches the driver's whole process group while a large node directory is being
+    collected: the driver stops within 10 s (exit 130), the round is `interrupted` (never a false FAILED), what
+    was fetched is kept, the rest stays on the host, and summary.json and report.md are complete."""
+    import os
+    _cluster(ssh_bed, tmp_path)
+    override = flagperf_home / "vendors" / "cpu" / "sleeper"
+    override.mkdir()
+    (override / "config_big.yaml").write_text("sleep_s: 0.5\nballast_mb: 40000\n")     # sparse on the host
+    conf = write_conf(tmp_path, {"sleeper:pytorch:big:2:1:1": "null", "sleeper:pytorch:next:1:1:1": "null"},
+                      CLUSTER="cluster.yaml", COLLECT_MAX_BYTES=100 * 1024 ** 3)
+    proc = start_cli(["run", "--config", conf], home=flagperf_home, start_new_session=True)
+    try:
+        result = tmp_path / "result"
+        node0 = f"{ssh_bed.addresses[0]}_noderank0"
+        wait_for(lambda: [p for p in result.glob(f"run*/*/round1/{node0}/ballast0.bin") if p.stat().st_size > 0],
+                 120, "collect to start writing the ballast")
+        t0 = time.monotonic()
+        os.killpg(proc.pid, signal.SIGINT)            # what a terminal's Ctrl-C does
+        out, err = proc.communicate(timeout=60)
+        took = time.monotonic() - t0
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130, out + err
+    assert took < 10, took
+    assert "Traceback" not in out + err
+    run = only_run_dir(tmp_path / "result")
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["status"] == "interrupted"
+    first, second = summary["cases"]
+    rnd = first["rounds"][0]
+    assert rnd["status"] == "interrupted", rnd
+    assert "interrupted during collect" in rnd["failure"]["reason"] and "flagperf collect" in rnd["failure"]["reason"]
+    assert second["rounds"][0]["status"] == "not_run"
+    assert "interrupted" in (run / "report.md").read_text()
+    assert not list(run.glob("*.tmp")) and not list(run.glob("summary.json.*"))
+    # the logs are kept here, and the whole node directory is still on the host
+    assert list(run.glob(f"*/round1/{node0}/rank0.out.log")) or \
+        list((Path(ssh_bed.hosts[0]["flagperf_path"]) / "result").glob(f"{run.name}/*/round1/*/rank0.out.log"))
+    for i in (0, 1):
+        on_host = Path(ssh_bed.hosts[i]["flagperf_path"]) / "result" / run.name
+        assert list(on_host.glob(f"*/round1/*_noderank{i}/ballast{i}.bin")), f"host {i} lost its files"
+    assert processes_matching("sleeper/main.py") == []
+
+
+def test_sigint_while_connecting_to_a_host_that_never_answers(tmp_path, ssh_bed):
+    """A host whose port accepts the connection but never sends the SSH banner (a hung sshd): SIGINT during the
+    connect exits 130 within 10 s and is not reported as a host failure."""
+    import os
+    import socket
+    silent = socket.socket()
+    silent.bind((ssh_bed.addresses[1], 0))
+    silent.listen(8)          # the kernel completes the handshake; nobody ever speaks
+    try:
+        _cluster(ssh_bed, tmp_path, per_host={1: {"SSH_PORT": silent.getsockname()[1]}})
+        conf = write_conf(tmp_path, {"gemm:pytorch:x:2:1:1": "null"}, CLUSTER="cluster.yaml")
+        proc = start_cli(["run", "--config", conf], start_new_session=True)
+        try:
+            wait_for(lambda: list((tmp_path / "result").glob("run*/flagperf_run.log")), 30, "the run to start")
+            time.sleep(1.5)
+            t0 = time.monotonic()
+            os.killpg(proc.pid, signal.SIGINT)
+            out, err = proc.communicate(timeout=60)
+            took = time.monotonic() - t0
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+    finally:
+        silent.close()
+    assert proc.returncode == 130, out + err
+    assert took < 10, took
+    assert "Traceback" not in out + err
+    summary = json.loads((only_run_dir(tmp_path / "result") / "summary.json").read_text())
+    assert summary["status"] == "interrupted" and summary["host_checks"] == []

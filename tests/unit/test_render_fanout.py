@@ -8,7 +8,7 @@ from rich.console import Console
 
 from flagperf.backends.hostlist import HostListBackend
 from flagperf.checks import HostCheck, failed
-from flagperf.hosts.fanout import Outcome, fan_out
+from flagperf.hosts.fanout import CANCELLED, Outcome, fan_out
 from flagperf.images import image_spec
 from flagperf.plan import build_plan
 from flagperf.render import check_table, plan_lines
@@ -232,3 +232,17 @@ def test_fan_out_deadline_is_for_the_whole_fan_out():
     assert [o.error for o in outcomes[1:]] == ["no answer within 0.5 s"] * 2
     time.sleep(0.3)
     assert started == ["a", "b"]                # the queued item was cancelled
+
+
+def test_fan_out_stop_gives_a_grace_then_cancels_what_still_runs():
+    asked = threading.Event()
+    t0 = time.monotonic()
+    threading.Timer(0.3, asked.set).start()
+    out = fan_out([0.1, 30.0], lambda s: time.sleep(s) or s, deadline_s=60, stop=asked.is_set, stop_grace_s=0.5)
+    took = time.monotonic() - t0
+    assert out[0].ok and out[0].value == 0.1
+    assert not out[1].ok and out[1].error == CANCELLED
+    assert took < 3, took
+    # without a stop request nothing is cancelled
+    out = fan_out([0.05], lambda s: s, deadline_s=5, stop=lambda: False)
+    assert out[0].ok

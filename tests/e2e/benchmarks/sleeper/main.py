@@ -25,6 +25,9 @@ if rank == cfg.get("fail_rank", -1):
     time.sleep(cfg.get("fail_after_s", 0.5))
     print(f"rank {rank}: failing on purpose with exit code {cfg.get('fail_code', 7)}", flush=True)
     sys.exit(cfg.get("fail_code", 7))
+if cfg.get("ballast_mb"):      # a large (sparse) file in the node directory: collect has work to do
+    with open(os.path.join(args.result_dir, f"ballast{rank}.bin"), "wb") as f:
+        f.truncate(int(cfg["ballast_mb"]) * 1024 * 1024)
 time.sleep(cfg.get("sleep_s", 1.0))
 log.event("RUN_END")
 if rank == 0:
