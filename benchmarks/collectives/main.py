@@ -21,6 +21,8 @@ PERIOD = 61            # check pattern p(i) = 1 + i % 61 (a prime, so chunk bord
 CHUNK = 1 << 24        # elements per step when writing / verifying the check pattern (bounds temporaries)
 ROOT = 0               # broadcast root
 SKIP_REASON = "collectives need at least 2 ranks"
+DEFAULT_BUDGET_S = 2.0  # time_budget_s when the case config has none (the CPU default's value)
+GROWTH_DECADES = 60    # in-place all_reduce: values start at >= 1e-30 and may grow to <= 1e30 between refills
 
 
 # --------------------------------------------------------------------------- configuration
@@ -37,8 +39,10 @@ def read_config(cfg):
     if c["dtype"] not in DTYPES:
         harness.config_error(f"collectives: dtype must be one of {sorted(DTYPES)}, got {c['dtype']!r}")
     c["warmup"] = harness.config_int(cfg, "collectives", "warmup", 5, 0)
-    c["iters"] = harness.config_int(cfg, "collectives", "iters", 20, 1)
-    c["repeats"] = harness.config_int(cfg, "collectives", "repeats", 5, 1)
+    c["time_budget_s"] = harness.config_budget(cfg, "collectives", DEFAULT_BUDGET_S)
+    # explicit overrides of the counts the budget picks (null / absent: the budget decides)
+    c["iters"] = harness.config_opt_int(cfg, "collectives", "iters")
+    c["repeats"] = harness.config_opt_int(cfg, "collectives", "repeats")
     c["seed"] = harness.config_int(cfg, "collectives", "seed", 1234, 0)
     c["inject_error"] = bool(cfg.get("inject_error", False))
     return c
@@ -183,8 +187,15 @@ def buffers(op, nbytes, elt, ctx, dt):
     return count, count * n * elt, big, small
 
 
-def run_one(op, fn, nbytes, c, ctx, dt, sig_bits, gen, expect):
-    """Time op at nbytes (slowest rank's median), then check it once on the known pattern.
+def growth_cap(n):
+    """In-place all_reduce multiplies the values by n per call: at most this many calls between refills keep
+    them within GROWTH_DECADES decades (the calls per sample the budget may pick)."""
+    return max(1, int(GROWTH_DECADES / math.log10(n)))
+
+
+def run_one(op, fn, nbytes, c, ctx, dt, sig_bits, gen, expect, budget, label):
+    """Time op at nbytes (slowest rank's median) within budget.share_s seconds (the window is recorded in
+    ``budget`` as <op>_<label>), then check it once on the known pattern.
     Returns None when nbytes is too small for the op, else a result dict."""
     n, rank = ctx.world_size, ctx.rank
     elt = torch.empty((), dtype=dt).element_size()
@@ -194,10 +205,13 @@ def run_one(op, fn, nbytes, c, ctx, dt, sig_bits, gen, expect):
     count, s_bytes, inp, out = made
 
     # timing data: never zeros, different on every rank (generator seeded with seed + rank)
+    max_iters = None
     if op == "all_reduce":
         # in place, so the values grow by n per call: start at m0 in [1e-30, 1] so that 2 * m0 * n**k stays
-        # below ~1e30 (finite, normal in fp32 and bf16) for k = max(warmup, iters) calls between refills
-        k = max(c["warmup"], c["iters"])
+        # below ~1e30 (finite, normal in fp32 and bf16) for k = max(warmup, iters) calls between refills; the
+        # budget picks at most growth_cap(n) calls per sample (or calibration batch), refilled before each
+        max_iters = growth_cap(n)
+        k = max(c["warmup"], c["iters"] or max_iters)
         m0 = 10.0 ** max(-30.0, min(0.0, 30.0 - k * math.log10(n)))
 
         def refill():
@@ -212,8 +226,9 @@ def run_one(op, fn, nbytes, c, ctx, dt, sig_bits, gen, expect):
         if out is not inp:
             out.uniform_(-1.0, 1.0, generator=gen)
         before_repeat = ctx.barrier
-    t = harness.time_fn(lambda: fn(out, inp), ctx, warmup=c["warmup"], iters=c["iters"], repeats=c["repeats"],
-                        before_repeat=before_repeat)
+    t = budget.add(f"{op}_{label}", harness.time_fn(
+        lambda: fn(out, inp), ctx, warmup=c["warmup"], iters=c["iters"], repeats=c["repeats"],
+        before_repeat=before_repeat, budget_s=budget.share_s, max_iters=max_iters, label=f"{op} {label}"))
     t_max = ctx.all_reduce([t["median"]], "max")[0]  # the slowest rank's median time
 
     # check: rank r holds (r + 1) * p; outputs start at -1 so that nothing stale can pass
@@ -244,7 +259,8 @@ def run_one(op, fn, nbytes, c, ctx, dt, sig_bits, gen, expect):
 
     algbw = s_bytes / t_max / 1e9
     return {"bytes": s_bytes, "count": count, "time_s": t_max, "time_s_this_rank": t["median"],
-            "algbw": algbw, "busbw": algbw * bus_factor(op, n), "err": err, "tol": tol, "ok": err <= tol}
+            "algbw": algbw, "busbw": algbw * bus_factor(op, n), "err": err, "tol": tol, "ok": err <= tol,
+            "iters": t["iters"], "repeats": t["repeats"], "measured_s": t["measured_s"]}
 
 
 # --------------------------------------------------------------------------- main
@@ -279,19 +295,24 @@ def main():
               f"dtype {dt_name}, sizes {[labels[s] for s in c['sizes']]}", flush=True)
         print(f"{'op':>15} {'size':>6} {'bytes':>12} {'time_us':>11} {'algbw_GB/s':>11} {'busbw_GB/s':>11} "
               f"{'max_err':>9}", flush=True)
+    # the budget is split evenly over the timed windows: one per op and size (the same on every rank: the sizes
+    # too small for an op are known from the config, so a skipped window's share is simply left unused)
+    budget = harness.BudgetReport(c["time_budget_s"], len(ops) * len(c["sizes"]),
+                                  split="evenly over the timed windows: one per op and size")
     LOG.event("RUN_START")
     results = {op: {} for op in ops}
     for op in ops:
         fn = apis[op][1]
         for s in c["sizes"]:
-            r = run_one(op, fn, s, c, ctx, dt, sig_bits, gen, expect)
+            r = run_one(op, fn, s, c, ctx, dt, sig_bits, gen, expect, budget, labels[s])
             if r is None:
                 skipped[f"{op}_{labels[s]}"] = (f"{s} bytes is less than one {dt_name} element per rank "
                                                 f"({n} ranks)")
                 continue
             results[op][s] = r
             LOG.event("STEP", op=op, size=labels[s], bytes=r["bytes"], time_us=r["time_s"] * 1e6,
-                      algbw=r["algbw"], busbw=r["busbw"], max_rel_err=r["err"])
+                      algbw=r["algbw"], busbw=r["busbw"], max_rel_err=r["err"], iters=r["iters"],
+                      repeats=r["repeats"], measured_s=r["measured_s"])
             if rank == 0:
                 print(f"{op:>15} {labels[s]:>6} {r['bytes']:>12} {r['time_s'] * 1e6:>11.2f} {r['algbw']:>11.3f} "
                       f"{r['busbw']:>11.3f} {r['err']:>9.2g}", flush=True)
@@ -312,12 +333,14 @@ def main():
         "apis": {op: apis[op][0] for op in ops},
         "bus_factor": {op: bus_factor(op, n) for op in ran},
         "skipped": skipped,
-        "timing": "slowest rank's median of `repeats` samples of `iters` back-to-back calls",
+        "timing": "slowest rank's median of `repeats` samples of `iters` back-to-back calls (counts per op and "
+                  "size in `counts`, sized by the time budget unless iters/repeats are set)",
         "check": f"rank r holds (r + 1) * (1 + i % {PERIOD}); every rank verifies its result after each op and size",
     }
     for op in ran:
         details[f"max_rel_err_{op}"] = max(r["err"] for r in results[op].values())
         details[f"tol_{op}"] = max(r["tol"] for r in results[op].values())
+    details.update(budget.details())
     if c["inject_error"]:
         details["inject_error"] = True
     harness.check_all_ranks(LOG, ctx, failures, details)

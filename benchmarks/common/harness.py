@@ -460,39 +460,236 @@ def _destroy_quietly():
 
 # --------------------------------------------------------------------------- timing
 
-def time_fn(fn, ctx, *, warmup=3, iters=10, repeats=5, before_repeat=None):
-    """Time ``fn()`` on ctx.device: ``warmup`` untimed calls, then ``repeats`` samples of ``iters``
-    back-to-back calls each. CUDA: torch.cuda.Event pairs; other devices and the CPU: time.perf_counter
-    between device synchronisations.
-    ``before_repeat`` (e.g. ctx.barrier) is called before every sample, outside the timed region.
-    Returns seconds per call: {"median", "min", "max", "samples"}."""
-    import torch
+# Time budget (docs/benchmarks.md, "Time budget"): a benchmark reads `time_budget_s`, splits it over the windows
+# it times (sizes, dtypes, ops) and passes each share to time_fn(budget_s=...), which sizes the samples to fill it.
+BUDGET_KEY = "time_budget_s"
+TARGET_SAMPLES = 10        # samples when the budget holds that many calls (more calls: longer samples); fewer
+                           # calls: one sample per call, so at least 3 samples wherever 3 calls fit
+MAX_SAMPLES = 1000         # cap on samples (only reached when max_iters caps the calls per sample)
+MAX_ITERS = 1_000_000      # cap on calls per sample
+WARMUP_SHARE = 0.25        # warm-up calls beyond the first stop at about this share of the budget
+CALIBRATION_SHARE = 0.05   # a calibration batch aims at this share of the budget ...
+CALIBRATION_MAX_S = 0.2    # ... but at most this long
+OVERRUN = 3.0              # samples stop early once the measurement has taken this many times its budget
 
-    iters, repeats = max(1, int(iters)), max(1, int(repeats))
-    for _ in range(int(warmup)):
+
+def config_budget(cfg, name, default, key=BUDGET_KEY):
+    """``cfg[key]`` (``default`` when absent): a positive, finite number of seconds (a bool is not), as float;
+    else a config error naming ``name: key``."""
+    v = cfg.get(key, default)
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+        config_error(f"{name}: {key} must be a positive number of seconds, got {v!r}")
+    return float(v)
+
+
+def config_opt_int(cfg, name, key, minimum=1):
+    """The integer ``cfg[key]`` checked by check_int, or None when the key is absent or null (an override that
+    is not set: the time budget decides)."""
+    v = cfg.get(key)
+    return None if v is None else check_int(name, key, v, minimum)
+
+
+def _agree_max(ctx, values):
+    """The element-wise maximum over all ranks (the values themselves without a process group): every rank
+    then derives the same counts from them, so that collectives and barriers pair up."""
+    return ctx.all_reduce(values, "max") if ctx.initialized else [float(v) for v in values]
+
+
+def timed_batch(fn, ctx, k):
+    """Seconds for ``k`` back-to-back ``fn()`` calls on ctx.device: torch.cuda.Event pairs on CUDA, else
+    time.perf_counter between device synchronisations."""
+    if ctx.is_cuda:
+        import torch
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(k):
+            fn()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) / 1e3
+    ctx.sync()
+    t0 = time.perf_counter()
+    for _ in range(k):
         fn()
     ctx.sync()
-    samples = []
-    for _ in range(repeats):
+    return time.perf_counter() - t0
+
+
+def plan_counts(per_call_s, budget_s, *, iters=None, repeats=None, max_iters=None):
+    """(iters per sample, samples, warning or None) so that samples x iters calls of ``per_call_s`` seconds
+    take about ``budget_s``. ``iters`` / ``repeats`` given (not None) are kept as they are (an explicit
+    override) and the budget sizes the other one. Without either: up to TARGET_SAMPLES samples (one call each
+    when fewer calls fit, so at least 3 wherever 3 fit), calls per sample capped by ``max_iters`` (default
+    MAX_ITERS; more samples then, up to MAX_SAMPLES). When one call alone takes longer than the budget the
+    counts are the minimum, 1 x 1 (or the explicit ones), with a warning; explicit counts that take more than
+    twice the budget are kept, with a warning."""
+    cap = MAX_ITERS if max_iters is None else max(1, min(MAX_ITERS, int(max_iters)))
+    calls = budget_s / per_call_s if per_call_s > 0 else float("inf")
+    if calls < 1:
+        it, reps = iters or 1, repeats or 1
+        return it, reps, (f"one call takes {per_call_s:.3g} s, more than the budget of {budget_s:.3g} s: "
+                          f"measured {reps} sample(s) of {it} call(s) (raise {BUDGET_KEY} or shrink the case)")
+    n = int(min(calls, float(cap) * MAX_SAMPLES))
+    if iters is not None and repeats is not None:
+        it, reps = iters, repeats
+    elif repeats is not None:
+        it, reps = max(1, min(cap, n // repeats)), repeats
+    elif iters is not None:
+        it, reps = iters, max(1, min(MAX_SAMPLES, n // iters))
+    else:
+        reps = min(n, TARGET_SAMPLES)
+        it = min(cap, n // reps)
+        if it == cap:
+            reps = max(reps, min(MAX_SAMPLES, n // it))
+    expected = it * reps * per_call_s
+    warning = None
+    if expected > 2 * budget_s:
+        warning = (f"the explicit counts ({reps} samples of {it} calls of {per_call_s:.3g} s) take about "
+                   f"{expected:.3g} s, more than twice the budget of {budget_s:.3g} s")
+    return it, reps, warning
+
+
+def calibrate(batch, ctx, budget_s, *, before_repeat=None, max_iters=None):
+    """Per-call seconds, the maximum over all ranks, from timed batches: ``batch(k)`` returns the seconds of
+    ``k`` back-to-back calls; k grows from 1 until a batch takes about CALIBRATION_SHARE of the budget (at most
+    CALIBRATION_MAX_S), or one call alone exceeds the budget, or k reaches ``max_iters``. Every rank runs the
+    same batches (the batch times are all-reduced, MAX). ``before_repeat`` runs before every batch.
+    Returns (per-call seconds, calls made)."""
+    cap = MAX_ITERS if max_iters is None else max(1, min(MAX_ITERS, int(max_iters)))
+    target = min(CALIBRATION_SHARE * budget_s, CALIBRATION_MAX_S)
+    k, calls = 1, 0
+    while True:
         if before_repeat is not None:
             before_repeat()
-        if ctx.is_cuda:
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            for _ in range(iters):
-                fn()
-            end.record()
-            end.synchronize()
-            samples.append(start.elapsed_time(end) / 1e3 / iters)
-        else:
+        t = _agree_max(ctx, [batch(k)])[0]
+        calls += k
+        per_call = t / k
+        if t >= 0.5 * target or per_call > budget_s or k >= cap:
+            return per_call, calls
+        grow = math.ceil(1.2 * k * target / t) if t > 0 else 100 * k
+        k = min(cap, max(2 * k, min(100 * k, grow)))
+
+
+def measure(batch, ctx, iters, repeats, *, before_repeat=None, budget_s=None):
+    """``repeats`` samples of ``batch(iters)`` (seconds of ``iters`` back-to-back calls), ``before_repeat``
+    before each. With ``budget_s`` the samples stop early (a warning) once the measurement has taken OVERRUN x
+    the budget of wall time, all ranks together. Returns (seconds per call of every sample, measured seconds,
+    warning or None)."""
+    samples, measured, t0 = [], 0.0, time.perf_counter()
+    for i in range(repeats):
+        if before_repeat is not None:
+            before_repeat()
+        s = batch(iters)
+        samples.append(s / iters)
+        measured += s
+        if budget_s is not None and i < repeats - 1:
+            over = time.perf_counter() - t0 > OVERRUN * budget_s
+            if _agree_max(ctx, [float(over)])[0] > 0:
+                return samples, measured, (f"stopped after {i + 1} of {repeats} samples: the measurement took "
+                                           f"more than {OVERRUN:g} x its budget of {budget_s:.3g} s (the device "
+                                           "or host slowed down after calibration)")
+    return samples, measured, None
+
+
+def budget_warning(label, message):
+    """Print a budget warning line on stderr (the rank's log) and return it, prefixed with ``label``."""
+    text = f"{label}: {message}" if label else message
+    print(f"budget warning: {text}", file=sys.stderr, flush=True)
+    return text
+
+
+def time_fn(fn, ctx, *, warmup=3, iters=None, repeats=None, before_repeat=None, budget_s=None, max_iters=None,
+            label=None):
+    """Time ``fn()`` on ctx.device. CUDA: torch.cuda.Event pairs; other devices and the CPU: time.perf_counter
+    between device synchronisations. ``before_repeat`` (e.g. ctx.barrier) is called before every sample,
+    outside the timed region.
+
+    Fixed counts (no ``budget_s``, or both ``iters`` and ``repeats`` given): ``warmup`` untimed calls, then
+    ``repeats`` samples of ``iters`` back-to-back calls (defaults 10 and 5).
+
+    Time budget (``budget_s`` seconds; docs/benchmarks.md, "Time budget"): ``before_repeat``, one warm-up call
+    timed by the wall clock, then up to ``warmup - 1`` more while they fit in WARMUP_SHARE of the budget; then
+    calibration batches (``calibrate``) give the seconds per call, and ``plan_counts`` picks the calls per
+    sample and the samples so that the samples take about ``budget_s`` (``iters`` or ``repeats`` given: kept,
+    the budget sizes the other; ``max_iters`` caps the calls per sample, e.g. when values grow call by call).
+    Every rank uses the same counts: the timings they are derived from are all-reduced (MAX) when a process
+    group exists. A warm-up or calibration call longer than the budget: 1 sample of 1 call, and a warning
+    (stderr and ``budget_warning``) instead of many times the budget.
+
+    Returns seconds per call: {"median", "min", "max", "samples"} and what was done: "mode" ("fixed",
+    "budget" or "minimum"), "warmup" (warm-up calls made), "iters", "repeats" (samples taken),
+    "calibration_calls", "per_call_s" (calibration estimate, None with fixed counts), "budget_s",
+    "measured_s" (the sum of the timed samples: the measured window) and "budget_warning" (None or a string)."""
+    def batch(k):
+        return timed_batch(fn, ctx, k)
+
+    warmup = max(0, int(warmup))
+    warning = per_call = None
+    cal_calls = 0
+    if budget_s is None or (iters is not None and repeats is not None):
+        mode = "fixed"
+        it, reps = max(1, int(iters or 10)), max(1, int(repeats or 5))
+        for _ in range(warmup):
+            fn()
+        ctx.sync()
+        done = warmup
+    else:
+        mode, done = "budget", 0
+        if warmup:
+            if before_repeat is not None:
+                before_repeat()
             ctx.sync()
             t0 = time.perf_counter()
-            for _ in range(iters):
-                fn()
+            fn()
             ctx.sync()
-            samples.append((time.perf_counter() - t0) / iters)
-    return {"median": statistics.median(samples), "min": min(samples), "max": max(samples),
-            "samples": samples}
+            first = _agree_max(ctx, [time.perf_counter() - t0])[0]
+            done = 1
+            if first > budget_s:
+                per_call = first
+            else:
+                for _ in range(min(warmup - 1, int(WARMUP_SHARE * budget_s / max(first, 1e-9)))):
+                    fn()
+                    done += 1
+                ctx.sync()
+        if per_call is None:
+            per_call, cal_calls = calibrate(batch, ctx, budget_s, before_repeat=before_repeat, max_iters=max_iters)
+        it, reps, warning = plan_counts(per_call, budget_s, iters=iters, repeats=repeats, max_iters=max_iters)
+        if per_call > budget_s:
+            mode = "minimum"
+    samples, measured, stop = measure(batch, ctx, it, reps, before_repeat=before_repeat,
+                                      budget_s=budget_s if mode == "budget" else None)
+    warning = "; ".join(w for w in (warning, stop) if w) or None
+    if warning:
+        budget_warning(label, warning)
+    return {"median": statistics.median(samples), "min": min(samples), "max": max(samples), "samples": samples,
+            "mode": mode, "warmup": done, "iters": it, "repeats": len(samples), "calibration_calls": cal_calls,
+            "per_call_s": per_call, "budget_s": budget_s, "measured_s": measured, "budget_warning": warning}
+
+
+class BudgetReport:
+    """The time budget of one benchmark run, split evenly over its ``windows`` (the timed measurements: sizes,
+    dtypes, ops, ...), and what each window did; ``details()`` goes into the FINISHED (or CHECK_FAILED)
+    details."""
+
+    def __init__(self, budget_s, windows, split="evenly over the timed windows"):
+        self.budget_s, self.windows, self.split = float(budget_s), max(1, int(windows)), split
+        self.share_s = self.budget_s / self.windows
+        self.counts, self.warnings = {}, []
+
+    def add(self, name, t):
+        """Record window ``name`` from a time_fn result (or a dict with the same keys); returns ``t``."""
+        self.counts[name] = {key: t.get(key) for key in ("mode", "warmup", "iters", "repeats", "measured_s")}
+        if t.get("budget_warning"):
+            self.warnings.append(f"{name}: {t['budget_warning']}")
+        return t
+
+    def details(self):
+        d = {"time_budget_s": self.budget_s, "budget_split": self.split, "budget_windows": self.windows,
+             "budget_per_window_s": self.share_s,
+             "measured_s": sum(c["measured_s"] or 0.0 for c in self.counts.values()), "counts": self.counts}
+        if self.warnings:
+            d["budget_warning"] = "; ".join(self.warnings)
+        return d
 
 
 class Stopwatch:

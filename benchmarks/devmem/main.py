@@ -15,10 +15,13 @@ import torch  # noqa: E402
 MIB = 1 << 20
 GIB = 1 << 30
 ELEM = 4  # int32 elements
+DEFAULT_BUDGET_S = 1.0  # time_budget_s when the case config has none (the CPU default's value)
 
 
 def read_config(cfg):
-    c = {key: harness.config_int(cfg, "devmem", key, d) for key, d in (("iters", 5), ("repeats", 5))}
+    c = {"time_budget_s": harness.config_budget(cfg, "devmem", DEFAULT_BUDGET_S)}
+    # explicit overrides of the counts the budget picks (null / absent: the budget decides)
+    c.update({key: harness.config_opt_int(cfg, "devmem", key) for key in ("iters", "repeats")})
     c["warmup"] = harness.config_int(cfg, "devmem", "warmup", 2, minimum=0)
     c["seed"] = harness.config_int(cfg, "devmem", "seed", 1234, minimum=0)
     c["sizes_mib"] = harness.sizes_mib(cfg, "devmem", [64])
@@ -39,27 +42,30 @@ def mismatches(a, b):
     return 0 if torch.equal(a, b) else int((a != b).sum())
 
 
-def measure_size(size_mib, gen, ctx, c, corrupt):
-    """Time dst.copy_(src) of size_mib MiB with harness.time_fn; verify dst == src afterwards.
-    dst starts zeroed and src has no zero, so a copy that did not write shows as mismatches."""
+def measure_size(size_mib, gen, ctx, c, corrupt, budget_s):
+    """Time dst.copy_(src) of size_mib MiB with harness.time_fn within budget_s seconds; verify dst == src
+    afterwards. dst starts zeroed and src has no zero, so a copy that did not write shows as mismatches."""
     n = size_mib * MIB // ELEM
     src = random_nonzero(n, gen, ctx.device)
     dst = torch.zeros_like(src)
     t = harness.time_fn(lambda: dst.copy_(src), ctx, warmup=c["warmup"], iters=c["iters"], repeats=c["repeats"],  # noqa: F821 (bound before use)
-                        before_repeat=ctx.barrier)  # ranks measure together
+                        before_repeat=ctx.barrier,  # ranks measure together
+                        budget_s=budget_s, label=f"devmem {size_mib} MiB")
     if corrupt:
         dst[n // 2] = 0  # test-only: one wrong element
     moved = 2.0 * n * ELEM  # bytes read + bytes written per copy
     res = {"gbs": moved / t["median"] / 1e9, "gbs_min": moved / t["max"] / 1e9, "gbs_max": moved / t["min"] / 1e9,
-           "time_ms": t["median"] * 1e3, "src_zeros": int((src == 0).sum()), "mismatches": mismatches(dst, src)}
+           "time_ms": t["median"] * 1e3, "src_zeros": int((src == 0).sum()), "mismatches": mismatches(dst, src),
+           "timing": t}
     del dst
     return res, src
 
 
 def direct_copy(src, ctx, warmup, iters, repeats):
     """Plain torch loops, no harness timing helper: `dst.copy_(src)` and `src.clone()`, each timed with CUDA
-    events (CPU: time.perf_counter), median of `repeats` samples of `iters` calls. Both results are verified.
-    Returns {"copy_": (seconds, mismatches), "clone": (seconds, mismatches)}."""
+    events (CPU: time.perf_counter), median of `repeats` samples of `iters` calls (the counts that the harness
+    measurement of the same size chose within its budget share). Both results are verified.
+    Returns {"copy_": (seconds, mismatches, measured seconds), "clone": (...)}."""
     def timed(op):
         for _ in range(warmup):
             op()
@@ -74,26 +80,26 @@ def direct_copy(src, ctx, warmup, iters, repeats):
                     op()
                 end.record()
                 end.synchronize()
-                samples.append(start.elapsed_time(end) / 1e3 / iters)
+                samples.append(start.elapsed_time(end) / 1e3)
             else:
                 t0 = time.perf_counter()
                 for _ in range(iters):
                     op()
-                samples.append((time.perf_counter() - t0) / iters)
-        return statistics.median(samples)
+                samples.append(time.perf_counter() - t0)
+        return statistics.median(samples) / iters, sum(samples)
 
     out = {}
     dst = torch.zeros_like(src)
-    sec = timed(lambda: dst.copy_(src))  # noqa: F821 (bound before use)
-    out["copy_"] = (sec, mismatches(dst, src))
+    sec, measured = timed(lambda: dst.copy_(src))  # noqa: F821 (bound before use)
+    out["copy_"] = (sec, mismatches(dst, src), measured)
     del dst
     holder = {}
 
     def clone():
         holder.pop("c", None)  # free the previous clone first: at most one extra copy alive
         holder["c"] = src.clone()
-    sec = timed(clone)
-    out["clone"] = (sec, mismatches(holder["c"], src))
+    sec, measured = timed(clone)
+    out["clone"] = (sec, mismatches(holder["c"], src), measured)
     holder.clear()
     return out
 
@@ -177,20 +183,30 @@ def main():
     gen = torch.Generator(device=ctx.device).manual_seed(c["seed"] + ctx.rank)
     LOG.event("INIT_END", backend=ctx.backend, device=str(ctx.device), world_size=ctx.world_size)
 
-    LOG.event("RUN_START")
     sizes, largest = c["sizes_mib"], c["sizes_mib"][-1]
+    # the budget is split evenly over the timed windows: one per size, two more for the direct loops
+    budget = harness.BudgetReport(c["time_budget_s"], len(sizes) + (2 if c["direct"] else 0),
+                                  split="evenly over the timed windows: one per size, plus the direct copy_ and "
+                                        "clone loops at the largest size (which reuse that size's counts)")
+    LOG.event("RUN_START")
     per_size, src = {}, None
     for s in sizes:
         src = None  # free the previous size's source first
-        per_size[s], src = measure_size(s, gen, ctx, c, corrupt=c["inject_error"] and s == largest)
+        per_size[s], src = measure_size(s, gen, ctx, c, c["inject_error"] and s == largest, budget.share_s)
         r = per_size[s]
-        LOG.event("STEP", size_mib=s, copy_bw_gbs=r["gbs"], time_ms=r["time_ms"], mismatches=r["mismatches"])
+        t = budget.add(f"{s}mib", r["timing"])
+        LOG.event("STEP", size_mib=s, copy_bw_gbs=r["gbs"], time_ms=r["time_ms"], mismatches=r["mismatches"],
+                  iters=t["iters"], repeats=t["repeats"], measured_s=t["measured_s"])
     direct = None
     if c["direct"]:
         ctx.barrier()  # ranks start together; outside the timed loops
-        direct = direct_copy(src, ctx, c["warmup"], c["iters"], c["repeats"])
+        t = per_size[largest]["timing"]
+        direct = direct_copy(src, ctx, t["warmup"], t["iters"], t["repeats"])
+        for op, (_, _, measured) in direct.items():
+            budget.add(f"direct_{op}", {"mode": f"counts of {largest}mib", "warmup": t["warmup"], "iters": t["iters"],
+                                        "repeats": t["repeats"], "measured_s": measured})
         moved = 2.0 * src.numel() * ELEM
-        direct = {op: {"gbs": moved / sec / 1e9, "mismatches": bad} for op, (sec, bad) in direct.items()}
+        direct = {op: {"gbs": moved / sec / 1e9, "mismatches": bad} for op, (sec, bad, _) in direct.items()}
         LOG.event("STEP", size_mib=largest, direct_copy_bw_gbs=direct["copy_"]["gbs"],
                   direct_clone_bw_gbs=direct["clone"]["gbs"])
     del src
@@ -231,6 +247,7 @@ def main():
         details["capacity"] = cap
     if cap_skip:
         details["capacity_search_skipped"] = cap_skip
+    details.update(budget.details())
     if c["inject_error"]:
         details["inject_error"] = True
     if any_failed:

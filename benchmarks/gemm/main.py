@@ -1,4 +1,5 @@
 """GEMM throughput per dtype, one GEMM per rank; see README.md and docs/benchmarks.md."""
+import math
 import os
 import statistics
 import sys
@@ -27,6 +28,7 @@ DTYPES = {
 }
 DIRECT_DTYPES = ("bf16", "fp16", "fp32")  # also timed as plain `torch.matmul(a, b)` in a bare loop
 INT8_MAX_K = (2 ** 31 - 1) // (128 * 128)  # |sum of k int8 products| <= k * 2^14 must fit the int32 output
+DEFAULT_BUDGET_S = 1.0  # time_budget_s when the case config has none (the CPU default's value)
 
 
 def unit_of(name):
@@ -95,9 +97,16 @@ def read_config(cfg, ctx):
     def int_key(key, default, minimum=1):
         return harness.config_int(cfg, "gemm", key, default, minimum)
 
-    c = {key: int_key(key, d) for key, d in
-         (("m", 512), ("n", 512), ("k", 512), ("iters", 20), ("repeats", 5), ("check_rows", 64))}
+    c = {key: int_key(key, d) for key, d in (("m", 512), ("n", 512), ("k", 512), ("check_rows", 64))}
     c["warmup"] = int_key("warmup", 5, minimum=0)
+    c["time_budget_s"] = harness.config_budget(cfg, "gemm", DEFAULT_BUDGET_S)
+    # explicit overrides of the counts the budget picks (null / absent: the budget decides)
+    c["iters"] = harness.config_opt_int(cfg, "gemm", "iters")
+    c["repeats"] = harness.config_opt_int(cfg, "gemm", "repeats")
+    s = cfg.get("sustained_s", 0)
+    if isinstance(s, bool) or not isinstance(s, (int, float)) or not math.isfinite(s) or s < 0:
+        harness.config_error(f"gemm: sustained_s must be a number of seconds >= 0 (0: off), got {s!r}")
+    c["sustained_s"] = float(s)
     c["seed"] = int_key("seed", 1234, minimum=0)
     c["inject_error"] = bool(cfg.get("inject_error", False))
     c["direct"] = bool(cfg.get("direct", True))
@@ -126,7 +135,7 @@ def read_config(cfg, ctx):
     ipd = cfg.get("iters_per_dtype") or {}
     if not isinstance(ipd, dict) or set(ipd) - set(DTYPES):
         harness.config_error(f"gemm: iters_per_dtype must map dtypes of {sorted(DTYPES)} to integers, got {ipd!r}")
-    c["iters_of"] = {d: int_val(f"iters_per_dtype.{d}", ipd.get(d, c["iters"])) for d in DTYPES}
+    c["iters_of"] = {d: int_val(f"iters_per_dtype.{d}", ipd[d]) if d in ipd else c["iters"] for d in DTYPES}
 
     c["skipped"] = {}
     if not ctx.is_cuda and "tf32" in dtypes:
@@ -218,7 +227,9 @@ def int8_check(c_out, a, b, rows):
 
 def direct_matmul(a, b, ctx, warmup, iters, repeats):
     """Plain `torch.matmul(a, b)` (a new output every call, no out=, no harness timing helper) in a bare loop,
-    timed with CUDA events (CPU: time.perf_counter). Returns (median seconds per GEMM, last output)."""
+    timed with CUDA events (CPU: time.perf_counter). The counts are the ones the harness measurement of the
+    same dtype chose within its budget share (same GEMM, so about the same time).
+    Returns (median seconds per GEMM, last output, measured seconds)."""
     c = None
     for _ in range(warmup):
         c = torch.matmul(a, b)
@@ -233,13 +244,13 @@ def direct_matmul(a, b, ctx, warmup, iters, repeats):
                 c = torch.matmul(a, b)
             end.record()
             end.synchronize()
-            samples.append(start.elapsed_time(end) / 1e3 / iters)
+            samples.append(start.elapsed_time(end) / 1e3)
         else:
             t0 = time.perf_counter()
             for _ in range(iters):
                 c = torch.matmul(a, b)
-            samples.append((time.perf_counter() - t0) / iters)
-    return statistics.median(samples), c
+            samples.append(time.perf_counter() - t0)
+    return statistics.median(samples) / iters, c, sum(samples)
 
 
 # --------------------------------------------------------------------------- main
@@ -251,6 +262,16 @@ def main():
     gen = torch.Generator(device=ctx.device).manual_seed(c["seed"] + ctx.rank)
     LOG.event("INIT_END", backend=ctx.backend, device=str(ctx.device), world_size=ctx.world_size)
 
+    # the budget is split evenly over the timed windows: one per dtype, one more per dtype with a direct loop
+    windows = {name: 2 if c["direct"] and name in DIRECT_DTYPES else 1 for name in c["dtypes"]}
+    budget = harness.BudgetReport(c["time_budget_s"], sum(windows.values()),
+                                  split="evenly over the timed windows: one per dtype, plus one per dtype with a "
+                                        "direct torch.matmul loop (which reuses that dtype's counts)")
+    sustained = None
+    if c["sustained_s"] > 0:
+        sustained = harness.BudgetReport(c["sustained_s"] * len(c["dtypes"]), len(c["dtypes"]),
+                                         split="sustained_s per dtype: one sample of as many GEMMs as fill it")
+
     LOG.event("RUN_START")
     results, tf32_flags = {}, {}
     for name in c["dtypes"]:
@@ -261,8 +282,9 @@ def main():
         torch.backends.cuda.matmul.allow_tf32 = tf32  # explicit for every dtype: True only for tf32
         tf32_flags[name] = bool(torch.backends.cuda.matmul.allow_tf32)
         a, b, scale, fn, result = make_case(name, m, n, k, gen, ctx, c["fp8_fast_accum"])
-        t = harness.time_fn(fn, ctx, warmup=c["warmup"], iters=c["iters_of"][name],
-                            repeats=c["repeats"], before_repeat=ctx.barrier)  # ranks measure together
+        t = budget.add(name, harness.time_fn(fn, ctx, warmup=c["warmup"], iters=c["iters_of"][name],
+                                             repeats=c["repeats"], before_repeat=ctx.barrier,  # ranks together
+                                             budget_s=budget.share_s, label=f"gemm {name}"))
         out = result()
         if c["inject_error"]:
             out.mul_(2 if name == "int8" else 1.5)  # test-only: corrupt the result so that the check must fail
@@ -274,16 +296,25 @@ def main():
         else:
             r["rel_err"] = rel_err(out, a, b, rows, scale)
             r["ok"] = r["rel_err"] <= tol  # NaN fails too
-        step = dict(dtype=name, time_ms=r["time_ms"], **{unit_of(name)[0]: r["tflops"]})
+        step = dict(dtype=name, time_ms=r["time_ms"], **{unit_of(name)[0]: r["tflops"]}, iters=t["iters"],
+                    repeats=t["repeats"], measured_s=t["measured_s"])
         step.update({key: r[key] for key in ("rel_err", "mismatches") if key in r})
         if c["direct"] and name in DIRECT_DTYPES:
             ctx.barrier()  # ranks start together; outside the timed loop
-            sec, c_direct = direct_matmul(a, b, ctx, c["warmup"], c["iters_of"][name], c["repeats"])
+            sec, c_direct, measured = direct_matmul(a, b, ctx, t["warmup"], t["iters"], t["repeats"])
+            budget.add(f"direct_{name}", {"mode": f"counts of {name}", "warmup": t["warmup"], "iters": t["iters"],
+                                          "repeats": t["repeats"], "measured_s": measured})
             r["direct_tflops"] = flop / sec / 1e12
             r["direct_rel_err"] = rel_err(c_direct, a, b, rows)
             r["ok"] = r["ok"] and r["direct_rel_err"] <= tol
             step.update(direct_tflops=r["direct_tflops"], direct_rel_err=r["direct_rel_err"])
             del c_direct
+        if sustained is not None:
+            ctx.barrier()
+            ts = sustained.add(name, harness.time_fn(fn, ctx, warmup=0, repeats=1, before_repeat=ctx.barrier,
+                                                     budget_s=sustained.share_s, label=f"gemm {name} sustained"))
+            r["sustained_tflops"] = flop / ts["median"] / 1e12
+            step.update(sustained_tflops=r["sustained_tflops"], sustained_s=ts["measured_s"])
         results[name] = r
         LOG.event("STEP", **step)
         del a, b, scale, out, fn, result
@@ -311,10 +342,14 @@ def main():
                    matmul_allow_tf32=tf32_flags)
     if any(c["shapes"][d] != (m, n, k) for d in names):
         details["shapes"] = {d: list(c["shapes"][d]) for d in names}
-    if any(c["iters_of"][d] != c["iters"] for d in names):
-        details["iters"] = {d: c["iters_of"][d] for d in names}
     if "fp8" in names:
         details["fp8_use_fast_accum"] = c["fp8_fast_accum"]
+    details.update(budget.details())
+    if sustained is not None:
+        details["sustained"] = sustained.details()
+        if "budget_warning" in details["sustained"]:
+            details["budget_warning"] = "; ".join(w for w in (details.get("budget_warning"),
+                                                              details["sustained"]["budget_warning"]) if w)
     if c["inject_error"]:
         details["inject_error"] = True
     if any_failed:
@@ -335,6 +370,8 @@ def main():
             metrics[f"{prefix}_{d}_total"] = {"value": totals[i], "unit": unit}
         if "direct_tflops" in r:
             metrics[f"direct_tflops_{d}"] = {"value": r["direct_tflops"], "unit": "TFLOP/s"}
+        if "sustained_tflops" in r:
+            metrics[f"{prefix}_{d}_sustained"] = {"value": r["sustained_tflops"], "unit": unit}
         peak, entry = harness.peak_for(cfg, peak_key(d), env["device_name"])
         if peak:
             metrics[f"pct_of_peak_{d}"] = {"value": 100.0 * r["tflops"] / peak, "unit": "%"}

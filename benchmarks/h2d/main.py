@@ -16,10 +16,13 @@ ELEM = 4  # int32 elements
 MODES = ("pinned", "pageable")
 DIRECTIONS = ("h2d", "d2h")
 NO_DEVICE = "no accelerator: host-device copies need a GPU"
+DEFAULT_BUDGET_S = 2.0  # time_budget_s when the case config has none
 
 
 def read_config(cfg):
-    c = {key: harness.config_int(cfg, "h2d", key, d) for key, d in (("iters", 5), ("repeats", 5))}
+    c = {"time_budget_s": harness.config_budget(cfg, "h2d", DEFAULT_BUDGET_S)}
+    # explicit overrides of the counts the budget picks (null / absent: the budget decides)
+    c.update({key: harness.config_opt_int(cfg, "h2d", key) for key in ("iters", "repeats")})
     c["warmup"] = harness.config_int(cfg, "h2d", "warmup", 2, minimum=0)
     c["seed"] = harness.config_int(cfg, "h2d", "seed", 1234, minimum=0)
     c["sizes_mib"] = harness.sizes_mib(cfg, "h2d", [1, 16, 64, 256, 1024])
@@ -32,9 +35,9 @@ def checksum(t):
     return int(t.sum(dtype=torch.int64))
 
 
-def measure_size(size_mib, gen, ctx, c, corrupt):
-    """Both directions with pinned and pageable host buffers for one size. Returns
-    ({"<dir>_<mode>": {gbs, gbs_min, gbs_max, ok, ...}}, problems)."""
+def measure_size(size_mib, gen, ctx, c, corrupt, budget):
+    """Both directions with pinned and pageable host buffers for one size, each within budget.share_s seconds
+    (windows recorded in ``budget``). Returns ({"<dir>_<mode>": {gbs, gbs_min, gbs_max, ok, ...}}, problems)."""
     n = size_mib * MIB // ELEM
     nbytes = float(n * ELEM)  # bytes over the link per copy
     ref = torch.randint(1, 2 ** 31 - 1, (n,), generator=gen, dtype=torch.int32)  # host, never 0
@@ -45,9 +48,11 @@ def measure_size(size_mib, gen, ctx, c, corrupt):
         problems.append(f"{size_mib} MiB: reference upload checksum differs")
     out = {}
 
-    def timed(fn):
-        t = harness.time_fn(fn, ctx, warmup=c["warmup"], iters=c["iters"], repeats=c["repeats"],
-                            before_repeat=ctx.barrier)  # ranks measure together
+    def timed(fn, key):
+        t = budget.add(f"{key}_{size_mib}mib",
+                       harness.time_fn(fn, ctx, warmup=c["warmup"], iters=c["iters"], repeats=c["repeats"],
+                                       before_repeat=ctx.barrier,  # ranks measure together
+                                       budget_s=budget.share_s, label=f"h2d {key} {size_mib} MiB"))
         return {"gbs": nbytes / t["median"] / 1e9, "gbs_min": nbytes / t["max"] / 1e9,
                 "gbs_max": nbytes / t["min"] / 1e9, "time_ms": t["median"] * 1e3}
 
@@ -60,7 +65,7 @@ def measure_size(size_mib, gen, ctx, c, corrupt):
         # host -> device: dev starts zeroed (the source has no zero), checked on the device against the
         # independent upload and by checksum against the host reference
         dev = torch.zeros(n, dtype=torch.int32, device=ctx.device)
-        r = timed(lambda: dev.copy_(host, non_blocking=nb))  # noqa: F821 (bound before use)
+        r = timed(lambda: dev.copy_(host, non_blocking=nb), f"h2d_{mode}")  # noqa: F821 (bound before use)
         ctx.sync()
         if corrupt and pinned:
             dev[n // 2] = 0  # test-only: one wrong element
@@ -72,7 +77,7 @@ def measure_size(size_mib, gen, ctx, c, corrupt):
 
         # device -> host: host zeroed first, checked on the host against the reference
         host.zero_()
-        r = timed(lambda: host.copy_(dev_ref, non_blocking=nb))  # noqa: F821 (bound before use)
+        r = timed(lambda: host.copy_(dev_ref, non_blocking=nb), f"d2h_{mode}")  # noqa: F821 (bound before use)
         ctx.sync()
         r["checksum_ok"] = checksum(host) == ref_sum
         r["equal"] = bool(torch.equal(host, ref))
@@ -88,20 +93,23 @@ def measure_size(size_mib, gen, ctx, c, corrupt):
 
 def main():
     args, cfg = harness.parse_args()
+    c = read_config(cfg)  # config errors (exit 2) on every host, also where the case is skipped
     if os.environ.get("FLAGPERF_DEVICE", "cpu").strip().lower() == "cpu":
         LOG.skipped(NO_DEVICE)  # every rank, exit 0
     ctx = harness.setup_distributed(cfg)  # validates FLAGPERF_DEVICE (cuda needs a visible GPU)
     if not ctx.is_cuda:
         LOG.skipped(NO_DEVICE)
-    c = read_config(cfg)
     gen = torch.Generator().manual_seed(c["seed"] + ctx.rank)  # host data
     LOG.event("INIT_END", backend=ctx.backend, device=str(ctx.device), world_size=ctx.world_size)
 
-    LOG.event("RUN_START")
     sizes, largest = c["sizes_mib"], c["sizes_mib"][-1]
+    # the budget is split evenly over the timed windows: 4 per size (h2d/d2h x pinned/pageable)
+    budget = harness.BudgetReport(c["time_budget_s"], len(sizes) * len(MODES) * len(DIRECTIONS),
+                                  split="evenly over the timed windows: one per size, direction and host memory kind")
+    LOG.event("RUN_START")
     results, problems = {}, []
     for s in sizes:
-        results[s], bad = measure_size(s, gen, ctx, c, corrupt=c["inject_error"] and s == largest)
+        results[s], bad = measure_size(s, gen, ctx, c, c["inject_error"] and s == largest, budget)
         problems += bad
         LOG.event("STEP", size_mib=s, **{f"{k}_gbs": r["gbs"] for k, r in results[s].items()})
         torch.cuda.empty_cache()
@@ -115,6 +123,7 @@ def main():
                             for s in sizes},
                "host_pinned": {k: results[largest][k]["host_pinned"] for k in keys},
                "non_blocking": {"pinned": True, "pageable": False}}
+    details.update(budget.details())
     if c["inject_error"]:
         details["inject_error"] = True
     if any_failed:

@@ -18,6 +18,7 @@ DTYPES = {"fp32": "float32", "bf16": "bfloat16"}
 PERIOD = 61            # check pattern p(i) = 1 + i % 61
 CHUNK = 1 << 24        # elements per step when writing / verifying the check pattern
 SKIP_REASON = "p2p needs at least 2 ranks"
+DEFAULT_BUDGET_S = 2.0  # time_budget_s when the case config has none (the CPU default's value)
 
 
 # --------------------------------------------------------------------------- configuration
@@ -42,8 +43,10 @@ def read_config(cfg):
     if c["dtype"] not in DTYPES:
         harness.config_error(f"p2p: dtype must be one of {sorted(DTYPES)}, got {c['dtype']!r}")
     c["warmup"] = harness.config_int(cfg, "p2p", "warmup", 5, 0)
-    c["iters"] = harness.config_int(cfg, "p2p", "iters", 20, 1)
-    c["repeats"] = harness.config_int(cfg, "p2p", "repeats", 5, 1)
+    c["time_budget_s"] = harness.config_budget(cfg, "p2p", DEFAULT_BUDGET_S)
+    # explicit overrides of the counts the budget picks (null / absent: the budget decides)
+    c["iters"] = harness.config_opt_int(cfg, "p2p", "iters")
+    c["repeats"] = harness.config_opt_int(cfg, "p2p", "repeats")
     c["seed"] = harness.config_int(cfg, "p2p", "seed", 1234, 0)
     c["inject_error"] = bool(cfg.get("inject_error", False))
     return c
@@ -75,9 +78,10 @@ def mismatches(t, coef, dt):
 
 # --------------------------------------------------------------------------- one pair, one size, one mode
 
-def run_one(pair, mode, nbytes, c, ctx, dt, gen, inject_rank):
-    """Every rank calls this (the ranks outside the pair only join the barriers). Returns a result dict, or
-    None when nbytes is less than one element."""
+def run_one(pair, mode, nbytes, c, ctx, dt, gen, inject_rank, budget, label):
+    """Every rank calls this (the ranks outside the pair only join the barriers and the all-reduces that agree
+    on the counts). The timing fills budget.share_s seconds (recorded in ``budget`` as <mode>_<src>_<dst>_<label>).
+    Returns a result dict, or None when nbytes is less than one element."""
     src, dst = pair
     rank = ctx.rank
     elt = torch.empty((), dtype=dt).element_size()
@@ -104,9 +108,11 @@ def run_one(pair, mode, nbytes, c, ctx, dt, gen, inject_rank):
     else:
         def fn():
             pass
-    # the idle ranks run the same number of barriers (before_repeat) and time nothing
-    t = harness.time_fn(fn, ctx, warmup=c["warmup"], iters=c["iters"], repeats=c["repeats"],
-                        before_repeat=ctx.barrier)
+    # the idle ranks run the same number of barriers (before_repeat) and time nothing; time_fn all-reduces the
+    # calibration (MAX), so the idle ranks take the pair's counts
+    t = budget.add(f"{mode}_{src}_{dst}_{label}", harness.time_fn(
+        fn, ctx, warmup=c["warmup"], iters=c["iters"], repeats=c["repeats"], before_repeat=ctx.barrier,
+        budget_s=budget.share_s, label=f"p2p {mode} {src}->{dst} {label}"))
     t_pair = ctx.all_reduce([t["median"] if active else 0.0], "max")[0]  # the slower of the two ranks
 
     # check: the sender's data is (sender + 1) * p; the receiver's buffer starts at -1
@@ -125,7 +131,8 @@ def run_one(pair, mode, nbytes, c, ctx, dt, gen, inject_rank):
             bad = mismatches(rbuf, peer + 1, dt)
             checked = count
     moved = count * elt * (2 if mode == "bi" else 1)
-    return {"bytes": count * elt, "time_s": t_pair, "bw": moved / t_pair / 1e9, "bad": bad, "checked": checked}
+    return {"bytes": count * elt, "time_s": t_pair, "bw": moved / t_pair / 1e9, "bad": bad, "checked": checked,
+            "iters": t["iters"], "repeats": t["repeats"], "measured_s": t["measured_s"]}
 
 
 # --------------------------------------------------------------------------- main
@@ -181,18 +188,22 @@ def main():
               f"pairs {[(i['pair'], 'same node' if i['same_node'] else 'cross node') for i in pair_info]}",
               flush=True)
         print(f"{'pair':>7} {'mode':>4} {'size':>6} {'bytes':>12} {'time_us':>11} {'GB/s':>10} {'bad':>5}", flush=True)
+    # the budget is split evenly over the timed windows: one per pair, size and mode
+    budget = harness.BudgetReport(c["time_budget_s"], len(pairs) * len(c["sizes"]) * len(c["modes"]),
+                                  split="evenly over the timed windows: one per pair, size and mode")
     LOG.event("RUN_START")
     results = {}
     for src, dst in pairs:
         for s in c["sizes"]:
             for mode in c["modes"]:
-                r = run_one([src, dst], mode, s, c, ctx, dt, gen, inject_rank)
+                r = run_one([src, dst], mode, s, c, ctx, dt, gen, inject_rank, budget, labels[s])
                 if r is None:
                     skipped[f"{src}_{dst}_{labels[s]}"] = f"{s} bytes is less than one {dt_name} element"
                     continue
                 results[(src, dst, mode, s)] = r
                 LOG.event("STEP", pair=[src, dst], mode=mode, size=labels[s], bytes=r["bytes"],
-                          time_us=r["time_s"] * 1e6, bw=r["bw"], mismatches=r["bad"])
+                          time_us=r["time_s"] * 1e6, bw=r["bw"], mismatches=r["bad"], iters=r["iters"],
+                          repeats=r["repeats"], measured_s=r["measured_s"])
                 if rank == 0:
                     print(f"{f'{src}->{dst}' if mode == 'uni' else f'{src}<->{dst}':>7} {mode:>4} {labels[s]:>6} "
                           f"{r['bytes']:>12} {r['time_s'] * 1e6:>11.2f} {r['bw']:>10.3f} {r['bad']:>5}", flush=True)
@@ -206,10 +217,12 @@ def main():
         "world_size": n, "nnodes": nnodes, "backend": ctx.backend, "dtype": dt_name, "modes": c["modes"],
         "sizes": [labels[s] for s in c["sizes"]], "pairs": pair_info, "skipped": skipped,
         "checked_elements_this_rank": sum(r["checked"] for r in results.values()),
-        "timing": "slower rank of the pair, median of `repeats` samples of `iters` back-to-back transfers",
+        "timing": "slower rank of the pair, median of `repeats` samples of `iters` back-to-back transfers (counts "
+                  "per pair, size and mode in `counts`, sized by the time budget unless iters/repeats are set)",
         "bw": "uni: bytes / time; bi: 2 x bytes / time (both directions together); GB = 1e9 B",
         "check": f"the sender's data is (sender + 1) * (1 + i % {PERIOD}); the receiver compares every element",
     }
+    details.update(budget.details())
     if c["inject_error"]:
         details["inject_error"] = True
     harness.check_all_ranks(LOG, ctx, failures, details)

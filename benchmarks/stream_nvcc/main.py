@@ -26,6 +26,7 @@ CUDA_ERROR_INSUFFICIENT_DRIVER = 35
 FALLBACK_ARCH = ["-gencode", "arch=compute_80,code=sm_80", "-gencode", "arch=compute_90,code=sm_90",
                  "-gencode", "arch=compute_90,code=compute_90"]  # + PTX for newer GPUs
 BASE_FLAGS = ["-O3", "-std=c++17", "-shared", "-Xcompiler", "-fPIC", "-cudart=static"]
+DEFAULT_BUDGET_S = 2.0     # time_budget_s when the case config has none
 
 
 def read_config(cfg):
@@ -35,7 +36,10 @@ def read_config(cfg):
             harness.config_error(f"stream_nvcc: {key} must be an integer >= {minimum}, got {v!r}")
         return v
 
-    c = {key: int_key(key, d) for key, d in (("n", 1 << 20), ("iters", 20), ("repeats", 5))}
+    c = {"n": int_key("n", 1 << 20)}
+    c["time_budget_s"] = harness.config_budget(cfg, "stream_nvcc", DEFAULT_BUDGET_S)
+    # explicit overrides of the counts the budget picks (null / absent: the budget decides)
+    c.update({key: harness.config_opt_int(cfg, "stream_nvcc", key) for key in ("iters", "repeats")})
     c["warmup"] = int_key("warmup", 5, minimum=0)
     c["seed"] = int_key("seed", 1234, minimum=0)
     c["compile_timeout_s"] = int_key("compile_timeout_s", 300)
@@ -298,29 +302,55 @@ def main():
     bytes_per_iter = BYTES_PER_ELEMENT * n
     LOG.event("INIT_END", backend=ctx.backend, device=str(dev), world_size=ctx.world_size)
 
+    # the budget is split evenly over the two timed windows: torch.add and the nvcc kernel
+    budget = harness.BudgetReport(c["time_budget_s"], 2, split="evenly over the two timed windows: torch.add and "
+                                                               "the nvcc kernel")
     LOG.event("RUN_START")
     # 1. the library version of the same operation, timed the same way (cudaEvents on the current stream)
     a.fill_(float("nan"))
-    t_torch = harness.time_fn(lambda: torch.add(b, cc, alpha=s, out=a), ctx, warmup=c["warmup"],
-                              iters=c["iters"], repeats=c["repeats"], before_repeat=ctx.barrier)
+    t_torch = budget.add("torch_add", harness.time_fn(
+        lambda: torch.add(b, cc, alpha=s, out=a), ctx, warmup=c["warmup"], iters=c["iters"], repeats=c["repeats"],
+        before_repeat=ctx.barrier, budget_s=budget.share_s, label="stream_nvcc torch.add"))
     torch_err, torch_nonfinite, _, torch_inexact = verify(a, b, cc, s)
-    # 2. the nvcc kernel: poison, warm-up launches (untimed), then repeats x iters launches between events
+    # 2. the nvcc kernel: poison, warm-up launches (untimed; as many as torch.add got), calibration batches,
+    # then repeats x iters launches between events (triad_timed), sized by the same budget rules as time_fn
     a.fill_(float("nan"))
     ctx.sync()
-    samples, cuda_error = [], None
+    cuda_error = None
     try:
-        for _ in range(c["warmup"]):
+        for _ in range(t_torch["warmup"]):
             triad.launch(a, b, cc, s, n, stream_ptr)
         ctx.sync()
     except CudaError as e:
         cuda_error = e
-    for _ in range(c["repeats"]):
-        ctx.barrier()  # ranks measure together (a rank with an error still takes part in the barriers)
-        if cuda_error is None:
-            try:
-                samples.append(triad.timed(a, b, cc, s, n, c["iters"], stream_ptr) / 1e3 / c["iters"])
-            except CudaError as e:
-                cuda_error = e
+
+    def kernel_batch(k):
+        """Seconds of k launches between two cudaEvents; 0 once this rank has a CUDA error (it still takes part
+        in the barriers and all-reduces, so that no rank waits forever)."""
+        nonlocal cuda_error
+        if cuda_error is not None:
+            return 0.0
+        try:
+            return triad.timed(a, b, cc, s, n, k, stream_ptr) / 1e3
+        except CudaError as e:
+            cuda_error = e
+            return 0.0
+
+    share, cal_calls, per_call = budget.share_s, 0, None
+    if c["iters"] is not None and c["repeats"] is not None:
+        iters, repeats, warning, kmode = c["iters"], c["repeats"], None, "fixed"
+    else:
+        per_call, cal_calls = harness.calibrate(kernel_batch, ctx, share, before_repeat=ctx.barrier)
+        iters, repeats, warning = harness.plan_counts(per_call, share, iters=c["iters"], repeats=c["repeats"])
+        kmode = "minimum" if per_call > share else "budget"
+    samples, measured, stop = harness.measure(kernel_batch, ctx, iters, repeats, before_repeat=ctx.barrier,
+                                              budget_s=share if kmode == "budget" else None)
+    warning = "; ".join(w for w in (warning, stop) if w) or None
+    if warning:
+        harness.budget_warning("stream_nvcc kernel", warning)
+    t_kernel = budget.add("kernel", {"mode": kmode, "warmup": t_torch["warmup"], "iters": iters,
+                                     "repeats": len(samples), "measured_s": measured, "per_call_s": per_call,
+                                     "calibration_calls": cal_calls, "budget_warning": warning})
     if c["inject_error"]:  # test-only: an element the kernel "missed"; the poison check must catch it
         a[-1] = float("nan")
     ctx.sync()
@@ -349,11 +379,13 @@ def main():
         "n": n, "scalar": s, "dtype": "fp32", "vectorized_float4": vectorized,
         "bytes_per_iter": bytes_per_iter,
         "bytes_formula": "3 * n * 4 B per iteration: read b, read c, write a (no write-allocate counted)",
-        "timing": f"median of {c['repeats']} samples of {c['iters']} launches between cudaEvents "
-                  f"after {c['warmup']} warm-up launches; torch.add(b, c, alpha=s, out=a) the same way",
+        "timing": f"median of {t_kernel['repeats']} samples of {t_kernel['iters']} launches between cudaEvents "
+                  f"after {t_kernel['warmup']} warm-up launches and {cal_calls} calibration launches; "
+                  f"torch.add(b, c, alpha=s, out=a) the same way ({t_torch['repeats']} x {t_torch['iters']})",
         "nvcc": nvcc, "nvcc_version": nvcc_ver, "nvcc_flags": build["flags"], "nvcc_arch": build["arch"],
         "compile_seconds": build["seconds"], "stream": "torch.cuda.current_stream()",
     }
+    details.update(budget.details())
     if c["inject_error"]:
         details["inject_error"] = True
     if any_failed:

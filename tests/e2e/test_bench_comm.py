@@ -2,16 +2,18 @@
 and check their PerfLog output: the FINISHED schema, algbw/busbw as nccl-tests defines them, the checks,
 SKIPPED on one rank and CHECK_FAILED (exit 3) on every rank when one rank's result is corrupted."""
 import json
+import math
 
 import pytest
 import yaml
 
-from tests.e2e.test_benchmarks_cpu import BENCH, check_run, free_port, perflog, run_case, run_ranks
+from tests.e2e.test_benchmarks_cpu import BENCH, check_budget, check_run, free_port, perflog, run_case, run_ranks
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
 UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-# small and quick: the 3-rank runs share 2 cores
-QUICK = {"warmup": 1, "iters": 3, "repeats": 2}
+# small and quick: the 3-rank runs share 2 cores (a small time budget; FIXED: explicit counts, no budget)
+QUICK = {"warmup": 1, "time_budget_s": 0.4}
+FIXED = {"warmup": 1, "iters": 3, "repeats": 2}
 
 
 def label_bytes(label):
@@ -110,10 +112,30 @@ def test_collectives(tmp_path, nproc):
     assert fin["value"] == m[f"busbw_all_reduce_{labels[-1]}"]["value"]
     assert "busbw_all_reduce" not in m
     assert fin["env"]["nnodes"] == 1 and fin["env"]["sizes"] == labels
+    # the budget: split over op x size, the same counts on every rank (or the collectives would deadlock)
+    budget = 2.0 if nproc == 2 else 0.4
+    details = check_budget(fins, budget, [f"{op}_{label}" for op in OPS for label in labels])
+    assert 0 < details["measured_s"] <= 4 * budget
+    # in-place all_reduce grows its values n-fold per call: at most 60 / log10(n) calls between refills
+    assert all(details["counts"][f"all_reduce_{label}"]["iters"] <= int(60 / math.log10(nproc)) for label in labels)
     if nproc == 3:  # 64K / (3 ranks x 2 B) is not whole: all_gather and reduce_scatter move 65532 bytes
         assert details["bytes_rounded"]["all_gather_64K"] == 65532
     steps = [r for r in perflog(results[0][1]) if r["event"] == "STEP"]
     assert [(s["op"], s["size"]) for s in steps] == [(op, label) for op in OPS for label in labels]
+    assert all((s["iters"], s["repeats"]) == (details["counts"][f"{s['op']}_{s['size']}"]["iters"],
+                                              details["counts"][f"{s['op']}_{s['size']}"]["repeats"]) for s in steps)
+
+
+def test_collectives_too_small_budget_warns_and_finishes(tmp_path):
+    """One call alone takes longer than the budget share: every rank measures 1 sample of 1 call per op and
+    size (the ranks agree: no deadlock), warns on stderr and in the details, and the case passes."""
+    results = run_case(tmp_path, "collectives", 2, {"sizes": ["64K", "1M"], "time_budget_s": 1e-7})
+    fins = check_run(results, "collectives", "busbw_all_reduce")
+    details = check_budget(fins, 1e-7, [f"{op}_{s}" for op in OPS for s in ("64K", "1M")], modes=("minimum",))
+    assert {(c["warmup"], c["iters"], c["repeats"]) for c in details["counts"].values()} == {(1, 1, 1)}
+    for fin, (_, _, err) in zip(fins, results):
+        assert "more than the budget" in fin["checks"]["details"]["budget_warning"]
+        assert "budget warning: all_reduce 64K: one call takes" in err
 
 
 def test_collectives_one_rank_skipped(tmp_path):
@@ -121,7 +143,7 @@ def test_collectives_one_rank_skipped(tmp_path):
 
 
 def test_collectives_inject_error_fails_check(tmp_path):
-    results = run_case(tmp_path, "collectives", 2, dict(QUICK, sizes=["64K", "1M"], inject_error=True))
+    results = run_case(tmp_path, "collectives", 2, dict(FIXED, sizes=["64K", "1M"], inject_error=True))
     details = assert_check_failed(results, failing_rank=1)
     assert {(f["op"], f["size"]) for f in details[1]["failures"]} == {(op, s) for op in OPS for s in ("64K", "1M")}
     assert all(f["max_rel_err"] > 1 for f in details[1]["failures"])  # the sign of one element was flipped
@@ -132,6 +154,13 @@ def test_collectives_inject_error_fails_check(tmp_path):
     ("collectives", {"ops": ["all_to_all"]}, "ops must be"),
     ("p2p", {"pairs": [[1, 1]]}, "pairs must be"),
     ("p2p", {"sizes": None, "min_size": "4M", "max_size": "1M"}, "min_size"),
+    ("collectives", {"time_budget_s": -1}, "collectives: time_budget_s must be a positive number of seconds"),
+    ("collectives", {"time_budget_s": "2s"}, "collectives: time_budget_s must be a positive number of seconds"),
+    ("collectives", {"time_budget_s": None}, "collectives: time_budget_s must be a positive number of seconds"),
+    ("collectives", {"iters": 0}, "collectives: iters must be an integer >= 1"),
+    ("p2p", {"time_budget_s": float("inf")}, "p2p: time_budget_s must be a positive number of seconds"),
+    ("p2p", {"time_budget_s": [1]}, "p2p: time_budget_s must be a positive number of seconds"),
+    ("p2p", {"repeats": 1.5}, "p2p: repeats must be an integer >= 1"),
 ])
 def test_config_errors(tmp_path, model, overrides, message):
     (rc, out, err), = run_case(tmp_path, model, 1, overrides)
@@ -167,6 +196,7 @@ def test_p2p_cross_node(tmp_path):
     assert details["pairs"] == [{"pair": [0, 1], "same_node": False, "nodes": [0, 1],
                                  "hosts": details["pairs"][0]["hosts"]}]
     assert details["world_size"] == 2 and details["nnodes"] == 2 and details["backend"] == "gloo"
+    check_budget(fins, 2.0, [f"{mode}_0_1_{label}" for label in labels for mode in ("uni", "bi")])
     # rank 1 received every element once one way and once both ways
     assert details["checked_elements_this_rank"] == 2 * sum(label_bytes(x) // 4 for x in labels)
     assert fins[0]["env"]["nnodes"] == 2 and [f["env"]["node_rank"] for f in fins] == [0, 1]
@@ -185,6 +215,9 @@ def test_p2p_three_ranks_two_pairs(tmp_path):
     details = fins[0]["checks"]["details"]
     assert [(p["pair"], p["same_node"]) for p in details["pairs"]] == [([0, 1], True), ([2, 0], True)]
     assert "0_7" in details["skipped"]
+    # rank 1 is idle in pair (2, 0) but takes the pair's counts (time_fn all-reduces the calibration)
+    check_budget(fins, 0.4, [f"{mode}_{a}_{b}_{label}" for a, b in ([0, 1], [2, 0]) for label in labels
+                             for mode in ("uni", "bi")])
     checked = [f["checks"]["details"]["checked_elements_this_rank"] for f in fins]
     per_size = sum(label_bytes(x) // 4 for x in labels)
     # rank 0: receives in bi of pair (0, 1), uni + bi of pair (2, 0); rank 1: uni + bi of (0, 1); rank 2: bi of (2, 0)
@@ -196,7 +229,7 @@ def test_p2p_one_rank_skipped(tmp_path):
 
 
 def test_p2p_inject_error_fails_check(tmp_path):
-    results = run_case(tmp_path, "p2p", 2, dict(QUICK, sizes=["64K"], inject_error=True))
+    results = run_case(tmp_path, "p2p", 2, dict(FIXED, sizes=["64K"], inject_error=True))
     details = assert_check_failed(results, failing_rank=1)
     assert {(f["mode"], f["size"], f["mismatches"]) for f in details[1]["failures"]} == {("uni", "64K", 1),
                                                                                         ("bi", "64K", 1)}

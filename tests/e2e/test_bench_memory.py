@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from .test_benchmarks_cpu import BENCH, check_run, perflog, run_case
+from .test_benchmarks_cpu import BENCH, check_budget, check_run, perflog, run_case
 
 
 def cpu_model():
@@ -33,7 +33,7 @@ def expect_check_failed(results, code=3):
 
 # --------------------------------------------------------------------------- gemm
 
-GEMM_SMALL = {"m": 128, "n": 128, "k": 256, "warmup": 1, "iters": 3, "repeats": 3}
+GEMM_SMALL = {"m": 128, "n": 128, "k": 256, "sizes_per_dtype": {}, "warmup": 1, "time_budget_s": 0.5}
 
 
 @pytest.mark.parametrize("nproc", [1, 2])
@@ -74,6 +74,10 @@ def test_gemm_int8_fp8_direct_and_peaks(tmp_path, nproc):
     assert m["pct_of_peak_bf16"]["value"] == pytest.approx(100 * m["tflops_bf16"]["value"] / 4.0)
     assert details["peaks"]["fp32"]["entry"] == "test-cpu"
 
+    # the budget: one window per dtype that ran, one more per direct loop (fp8 is skipped: no share)
+    ran = ["fp32", "direct_fp32", "bf16", "direct_bf16"] + ([] if "int8" in details["skipped"] else ["int8"])
+    check_budget(fins, 0.5, ran)
+
     if nproc > 1:
         assert m["tflops_fp32_total"]["value"] == pytest.approx(sum(f["value"] for f in fins))
         if "int8" not in details["skipped"]:
@@ -102,7 +106,7 @@ def test_gemm_int8_shape_rules_are_config_errors(tmp_path):
 
 # --------------------------------------------------------------------------- devmem
 
-DEVMEM_SMALL = {"sizes_mib": [16, 4], "warmup": 1, "iters": 3, "repeats": 3}
+DEVMEM_SMALL = {"sizes_mib": [16, 4], "warmup": 1, "time_budget_s": 0.5}
 
 
 def check_devmem(fins):
@@ -123,6 +127,13 @@ def check_devmem(fins):
     assert "max_alloc_gib" not in m
     total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2 ** 30
     assert m["mem_total_gib"]["value"] == pytest.approx(total, rel=0.05)
+    # the budget: one window per size and the two direct loops, which run the largest size's counts
+    budget = check_budget(fins, details["time_budget_s"], [f"{s}mib" for s in sizes] + ["direct_copy_",
+                                                                                          "direct_clone"])
+    for op in ("copy_", "clone"):
+        assert budget["counts"][f"direct_{op}"]["mode"] == f"counts of {sizes[-1]}mib"
+        assert [budget["counts"][f"direct_{op}"][k] for k in ("warmup", "iters", "repeats")] == \
+            [budget["counts"][f"{sizes[-1]}mib"][k] for k in ("warmup", "iters", "repeats")]
     return fin
 
 
@@ -136,6 +147,7 @@ def test_devmem(tmp_path, nproc):
     fin = check_devmem(fins)
     m, details = fin["metrics"], fin["checks"]["details"]
     assert details["sizes_mib"] == ([4, 16] if nproc == 2 else [64])
+    assert details["time_budget_s"] == (0.5 if nproc == 2 else 1.0)
     assert m["pct_of_peak_mem_bw"] == {"value": pytest.approx(100 * fin["value"] / 50.0), "unit": "%"}
     assert details["peaks"]["mem_bw"] == {"entry": "test-cpu", "key": "mem_bw_gbs", "value": 50.0}
     if nproc > 1:
@@ -148,12 +160,36 @@ def test_devmem(tmp_path, nproc):
 
 
 def test_devmem_inject_error_fails_check(tmp_path):
+    # explicit iters and repeats: fixed counts, the budget is not used
     results = run_case(tmp_path, "devmem", 2, {"sizes_mib": [4], "warmup": 1, "iters": 2, "repeats": 2,
                                                "inject_error": True})
     for failed in expect_check_failed(results):
         details = failed["checks"]["details"]
         assert details["mismatches"] == {"4mib": 1} and details["inject_error"] is True
         assert details["failed_on_some_rank"] is True and details["problems"]
+        assert details["counts"]["4mib"] == {"mode": "fixed", "warmup": 1, "iters": 2, "repeats": 2,
+                                             "measured_s": details["counts"]["4mib"]["measured_s"]}
+
+
+def test_devmem_too_small_budget_warns_and_finishes(tmp_path):
+    results = run_case(tmp_path, "devmem", 2, {"sizes_mib": [4], "time_budget_s": 1e-7})
+    fins = check_run(results, "devmem", "copy_bw_gbs")
+    details = check_budget(fins, 1e-7, ["4mib", "direct_copy_", "direct_clone"], modes=("minimum",))
+    assert {(c["warmup"], c["iters"], c["repeats"]) for c in details["counts"].values()} == {(1, 1, 1)}
+    for fin, (_, _, err) in zip(fins, results):
+        assert "4mib: one call takes" in fin["checks"]["details"]["budget_warning"]
+        assert "budget warning: devmem 4 MiB: one call takes" in err
+
+
+# --------------------------------------------------------------------------- bad time budgets
+
+@pytest.mark.parametrize("model, value", [("devmem", 0), ("devmem", "1s"), ("h2d", -0.5), ("h2d", None)])
+def test_bad_time_budget_is_config_error(tmp_path, model, value):
+    """Also h2d, which skips on a CPU host: its config is checked first, so the mistake shows everywhere."""
+    (rc, out, err), = run_case(tmp_path, model, 1, {"time_budget_s": value})
+    assert rc == 2, f"exited {rc}\nstdout:\n{out}\nstderr:\n{err}"
+    assert f"{model}: time_budget_s must be a positive number of seconds" in err
+    assert [r["event"] for r in perflog(out)] == ["INIT_START"]
 
 
 # --------------------------------------------------------------------------- h2d

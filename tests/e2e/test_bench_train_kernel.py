@@ -1,6 +1,7 @@
-"""stream_nvcc, train_cnn and the MFU of train_gpt on CPU (gloo), one subprocess per rank as the node launcher
+"""stream_nvcc and resnet50 on CPU (gloo), one subprocess per rank as the node launcher
 starts them (docs/benchmarks.md). On this host stream_nvcc can only skip; its nvcc build is checked when nvcc
 is installed (compile only, nothing runs on a GPU)."""
+import importlib.util
 import json
 import os
 import shutil
@@ -31,6 +32,32 @@ def check_skipped(results, reason_part):
 def test_stream_nvcc_skips_on_cpu(tmp_path):
     reasons = check_skipped(run_case(tmp_path, "stream_nvcc", 2), "no CUDA device")
     assert "FLAGPERF_DEVICE=cpu" in reasons[0] and "nvcc" in reasons[0]
+
+
+@pytest.mark.parametrize("overrides, message", [
+    ({"time_budget_s": 0}, "stream_nvcc: time_budget_s must be a positive number of seconds, got 0"),
+    ({"time_budget_s": "10"}, "stream_nvcc: time_budget_s must be a positive number of seconds, got '10'"),
+    ({"repeats": 0}, "stream_nvcc: repeats must be an integer >= 1"),
+])
+def test_stream_nvcc_config_errors_before_the_skip(tmp_path, overrides, message):
+    """The case config is checked before the CUDA/nvcc skips: a bad time budget is a config error (exit 2) on
+    a CPU host too, not a silent skip."""
+    (rc, out, err), = run_case(tmp_path, "stream_nvcc", 1, overrides)
+    assert rc == 2 and message in err, (rc, out, err)
+    assert [r["event"] for r in perflog(out)] == ["INIT_START"]
+
+
+def test_stream_nvcc_budget_defaults():
+    """The default: a 2 s budget and no explicit counts: the budget sizes both windows (torch.add, kernel)."""
+    script = ("import contextlib, io, json\n"
+              "with contextlib.redirect_stdout(io.StringIO()):\n"
+              "    import main\n"
+              "print(json.dumps(main.read_config({})))\n")
+    proc = subprocess.run([sys.executable, "-c", script], cwd=BENCH / "stream_nvcc", env=dict(os.environ, RANK="0"),
+                          capture_output=True, text=True, check=False, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    c = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert (c["time_budget_s"], c["iters"], c["repeats"]) == (2.0, None, None)
 
 
 def test_stream_nvcc_skips_without_visible_gpu(tmp_path):
@@ -78,56 +105,110 @@ def test_stream_nvcc_kernel_compiles(tmp_path):
     assert "release" in build["version"]
 
 
-# --------------------------------------------------------------------------- train_cnn
+# --------------------------------------------------------------------------- resnet50
 
 @pytest.mark.parametrize("nproc", [1, 2])
-def test_train_cnn(tmp_path, nproc):
-    results = run_case(tmp_path, "train_cnn", nproc)
-    fins = check_run(results, "train_cnn", "samples_per_s")
+def test_resnet50(tmp_path, nproc):
+    """The CPU preset (small): trains to 0.9 held-out accuracy in well under its 20 s budget."""
+    results = run_case(tmp_path, "resnet50", nproc)
+    fins = check_run(results, "resnet50", "images_per_s")
     fin = fins[0]
     m, details = fin["metrics"], fin["checks"]["details"]
-    assert fin["unit"] == "samples/s"
-    assert {"final_loss", "accuracy", "converged", "e2e_time", "flops_per_sample", "model_tflops"} <= set(m)
-    assert m["converged"]["value"] == 1 and details["converged"] is True
-    assert m["accuracy"]["value"] >= details["target_accuracy"] == 0.9
+    assert fin["unit"] == "images/s"
+    assert {"images_per_s_per_device", "step_time_median_s", "step_time_p90_s", "model_tflops_per_device",
+            "final_loss", "eval_accuracy", "converged", "compile_s", "time_to_first_step_s", "e2e_time"} <= set(m)
+    assert m["converged"]["value"] == 1 and details["converged"] is True and details["stop_reason"] == "converged"
+    assert m["eval_accuracy"]["value"] >= details["target_accuracy"] == 0.9
     assert details["replicas_in_sync"] is True and details["steps"] < details["max_steps"]
     assert 0 < m["final_loss"]["value"] < 2.3  # below ln(10), the loss at chance
+    assert m["images_per_s_per_device"]["value"] == pytest.approx(fin["value"] / nproc)
+    assert 0 < m["step_time_median_s"]["value"] <= m["step_time_p90_s"]["value"]
+    assert details["model"] == {"preset": "small", "blocks": [1, 1, 1, 1], "base_width": 16, "num_classes": 10,
+                                "image_size": 64, "params": 511_514}
+    assert details["compile"]["enabled"] is False and details["memory_format"] == "channels_last"
+    assert details["data"]["kind"] == "synthetic" and details["optimizer"]["nesterov"] is True
     # every rank reports the same global numbers
     for f in fins:
-        assert f["metrics"]["accuracy"] == m["accuracy"] and f["metrics"]["steps"] == m["steps"]
-        assert f["metrics"]["final_loss"] == m["final_loss"]
-    # FLOPs from FlopCounterMode: 3 x forward; the CPU default model does ~25 MFLOP forward per 32x32 image
+        for key in ("eval_accuracy", "steps", "final_loss"):
+            assert f["metrics"][key] == m[key], key
+    # FLOPs: 2 x MACs of every conv and the head at 64x64, x3 for training; no MFU on a CPU
     mfu = details["mfu"]
-    assert m["flops_per_sample"]["value"] == mfu["flops_per_sample"] == 3 * mfu["forward_flops_per_sample"]
-    assert 2e7 < mfu["forward_flops_per_sample"] < 3e7
-    assert m["model_tflops"]["value"] == pytest.approx(
-        mfu["flops_per_sample"] * fin["value"] / nproc / 1e12, rel=1e-9)
-    # CPU: no MFU, and the details say why
+    assert mfu["forward_macs_per_image"] == 9_294_848 and mfu["forward_flops_per_image"] == 2 * 9_294_848
+    assert m["train_flops_per_image"]["value"] == mfu["train_flops_per_image"] == 3 * 2 * 9_294_848
+    assert "3 * forward_flops_per_image" in mfu["formula"] and "Conv2d" in mfu["formula"]
+    assert m["model_tflops_per_device"]["value"] == pytest.approx(
+        mfu["train_flops_per_image"] * fin["value"] / nproc / 1e12, rel=1e-9)
     assert "mfu" not in m and "cpu" in mfu["omitted"] and mfu["dtype"] == "fp32"
+    assert "peak_memory_gib" not in m  # CUDA only
+    # the torchvision baseline: omitted without torchvision, skipped for the small preset with it
+    assert "omitted" in details["baseline"] and "baseline_images_per_s" not in m
+    if importlib.util.find_spec("torchvision") is None:
+        assert details["baseline"] == {"omitted": "torchvision not installed"}
     steps = [r for r in perflog(results[0][1]) if r["event"] == "STEP"]
-    assert steps and steps[-1]["step"] == m["steps"]["value"] and steps[-1]["accuracy"] == m["accuracy"]["value"]
-    assert steps[0]["loss"] > steps[-1]["loss"]
+    assert steps and steps[-1]["step"] == m["steps"]["value"]
+    assert steps[-1]["accuracy"] == m["eval_accuracy"]["value"] and steps[0]["loss"] > steps[-1]["loss"]
 
 
-def test_train_cnn_inject_error_fails_check(tmp_path):
-    results = run_case(tmp_path, "train_cnn", 1, {"inject_error": True, "max_steps": 20, "eval_every": 10})
+def test_resnet50_inject_error_fails_check(tmp_path):
+    results = run_case(tmp_path, "resnet50", 1, {"inject_error": True, "max_steps": 20, "eval_every": 10})
     rc, out, err = results[0]
     assert rc == 3, f"exited {rc}\nstdout:\n{out}\nstderr:\n{err}"
     records = perflog(out)
     assert records[-1]["event"] == "CHECK_FAILED" and "FINISHED" not in [r["event"] for r in records]
-    assert records[-1]["checks"]["details"]["converged"] is False
+    details = records[-1]["checks"]["details"]
+    assert details["converged"] is False and details["stop_reason"] == "max_steps"
+    assert "target_accuracy 1.01" in details["failures"][0]
     assert [r["step"] for r in records if r["event"] == "STEP"] == [10, 20]
 
 
-# --------------------------------------------------------------------------- train_gpt MFU
+@pytest.mark.parametrize("overrides, message", [
+    ({"preset": "resnet5"}, "preset must be one of resnet50, small, got 'resnet5'"),
+    ({"blocks": [3, 4, 6]}, "blocks must be a list of 4 integers"),
+    ({"compile": "sometimes"}, "compile must be auto, true or false"),
+    ({"warmup_steps": 0}, "warmup_steps must be >= 1"),
+])
+def test_resnet50_config_error(tmp_path, overrides, message):
+    rc, out, err = run_case(tmp_path, "resnet50", 1, overrides)[0]
+    assert rc == 2, f"exited {rc}\nstdout:\n{out}\nstderr:\n{err}"
+    assert message in err and "Traceback" not in err
+    assert [r["event"] for r in perflog(out)] == ["INIT_START"]
 
-def test_train_gpt_mfu_omitted_on_cpu(tmp_path):
-    fin = check_run(run_case(tmp_path, "train_gpt", 1), "train_gpt", "tokens_per_s")[0]
-    assert "mfu" not in fin["metrics"]
-    mfu = fin["checks"]["details"]["mfu"]
-    assert "cpu" in mfu["omitted"] and mfu["dtype"] == "fp32"
-    assert "6*N" in mfu["formula"] and "12*n_layers*d_model*seq_len" in mfu["formula"]
-    # defaults: d_model 64, 2 layers, seq_len 64; N = params without the 64 x 64 position table
-    assert mfu["N"] == fin["metrics"]["params"]["value"] - 64 * 64
-    assert mfu["flops_per_token"] == 6 * mfu["N"] + 12 * 2 * 64 * 64
-    assert mfu["model_tflops_per_device"] == pytest.approx(mfu["flops_per_token"] * fin["value"] / 1e12)
+
+def test_resnet50_image_folder_needs_torchvision(tmp_path):
+    """A data directory of class subfolders of images is read with torchvision.io; without torchvision that is
+    a config error (exit 2) that says so."""
+    if importlib.util.find_spec("torchvision") is not None:
+        pytest.skip("torchvision is installed here: the image folder would be read")
+    for name in ("cat", "dog"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "0.jpg").write_bytes(b"not decoded before the check")
+    rc, out, err = run_case(tmp_path, "resnet50", 1)[0]
+    assert rc == 2, f"exited {rc}\nstdout:\n{out}\nstderr:\n{err}"
+    assert "needs torchvision" in err and "torchvision.io.decode_image" in err and "Traceback" not in err
+
+
+def test_resnet50_image_folder(tmp_path):
+    """With torchvision: a data directory of class subfolders is decoded (torchvision.io), resized, centre
+    cropped and trained on; two colours of noisy images are told apart (target: halfway from chance to 1)."""
+    if importlib.util.find_spec("torchvision") is None:
+        pytest.skip("torchvision is not installed (optional; not a project dependency): no image folder path")
+    import torch
+    from torchvision.io import write_png
+
+    g = torch.Generator().manual_seed(0)
+    for label, name in enumerate(("red", "blue")):
+        (tmp_path / "train" / name).mkdir(parents=True)
+        for i in range(40):
+            img = torch.full((3, 40, 48), 60.0)
+            img[0 if label == 0 else 2] = 190.0
+            img += 30 * torch.randn(3, 40, 48, generator=g)
+            write_png(img.clamp(0, 255).to(torch.uint8), str(tmp_path / "train" / name / f"{i}.png"))
+    results = run_case(tmp_path, "resnet50", 1, {"image_size": 32, "batch_size": 8, "eval_every": 10})
+    fin = check_run(results, "resnet50", "images_per_s")[0]
+    details = fin["checks"]["details"]
+    assert details["data"]["kind"] == "folder" and details["data"]["classes"] == 2
+    assert details["data"]["train_images"] == 72 and details["data"]["eval_images"] == 8  # every 10th held out
+    assert details["model"]["num_classes"] == 2 and details["target_accuracy"] == 0.75
+    assert details["converged"] is True
+
+

@@ -8,7 +8,7 @@ from flagperf.plan import case_names
 @pytest.mark.parametrize("key, fields", [
     ("gemm:pytorch:local:1:2:3", ("gemm", "pytorch", "local", 1, 2, 3)),
     ("  gemm : pytorch :\tlocal: 1 :2 : 3  ", ("gemm", "pytorch", "local", 1, 2, 3)),
-    ("train_gpt:pytorch:A100_40G:2:8:5", ("train_gpt", "pytorch", "A100_40G", 2, 8, 5)),
+    ("llm:pytorch:A100_40G:2:8:5", ("llm", "pytorch", "A100_40G", 2, 8, 5)),
     ("my.model-v2+x:torch2.1:h100-sxm:16:8:1", ("my.model-v2+x", "torch2.1", "h100-sxm", 16, 8, 1)),
     ("gemm:pytorch:local:01:002:10", ("gemm", "pytorch", "local", 1, 2, 10)),
 ])
@@ -26,7 +26,7 @@ def test_data_dir_is_kept():
 @pytest.mark.parametrize("key, name", [
     ("gemm:pytorch:local:1:2:3", "gemm-pytorch-local-1x2"),
     (" gemm : pytorch : local : 1 : 2 : 3 ", "gemm-pytorch-local-1x2"),
-    ("train_gpt:pytorch:A100:2:8:1", "train_gpt-pytorch-A100-2x8"),
+    ("llm:pytorch:A100:2:8:1", "llm-pytorch-A100-2x8"),
 ])
 def test_names(key, name):
     assert CaseSpec.parse(key).name == name

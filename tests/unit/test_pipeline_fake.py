@@ -19,8 +19,8 @@ from tests.unit.fakebackend import (FakeBackend, NodeScript, check_failed_record
 RUN_ID = "run20250101000000"
 GEMM = "gemm:pytorch:local:1:1:1"
 GEMM_NAME = "gemm-pytorch-local-1x1"
-GPT = "train_gpt:pytorch:local:1:1:1"
-GPT_NAME = "train_gpt-pytorch-local-1x1"
+GPT = "llm:pytorch:local:1:1:1"
+GPT_NAME = "llm-pytorch-local-1x1"
 
 
 def run(tmp_path, cases, backend=None, **config_kw):

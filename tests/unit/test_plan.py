@@ -229,7 +229,7 @@ def snapshot(root):
 
 
 def test_dry_run_prints_the_plan_and_creates_nothing(tmp_path, write, run_cli):
-    test = two_host_config(tmp_path, write, cases=(CASE, "train_gpt:pytorch:local:1:1:1"))
+    test = two_host_config(tmp_path, write, cases=(CASE, "llm:pytorch:local:1:1:1"))
     before = snapshot(tmp_path)
     rc, out, err = run_cli("run", "--config", test, "--dry-run", cwd=tmp_path)
     assert rc == 0, err
@@ -250,7 +250,7 @@ def test_dry_run_prints_the_plan_and_creates_nothing(tmp_path, write, run_cli):
     lines = out.splitlines()
     assert any(line.startswith(f"case {NAME}  [{CASE}]") and "2 node(s) x 2 rank(s), 2 round(s)" in line
                for line in lines), out
-    assert any(line.startswith("case train_gpt-pytorch-local-1x1  [train_gpt:pytorch:local:1:1:1]")
+    assert any(line.startswith("case llm-pytorch-local-1x1  [llm:pytorch:local:1:1:1]")
                for line in lines), out
     for rnd in (1, 2):
         round_dir = run_dir / NAME / f"round{rnd}"
@@ -269,7 +269,7 @@ def test_dry_run_prints_the_plan_and_creates_nothing(tmp_path, write, run_cli):
             rank = [line for line in lines if line.startswith("      rank:     ") and node_dir in line]
             assert rank and "(cd /opt/flagperf/benchmarks/gemm && " in rank[0]
             assert f"--case-config {node_dir}/case_config.json" in rank[0]
-    train_round = run_dir / "train_gpt-pytorch-local-1x1" / "round1"
+    train_round = run_dir / "llm-pytorch-local-1x1" / "round1"
     assert f"  round 1: {train_round}" in lines
     assert any(line.startswith("    node 0 on localhost: global ranks 0;") and "WORLD_SIZE=1" in line
                for line in lines)

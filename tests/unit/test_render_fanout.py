@@ -26,7 +26,7 @@ def text_of(renderable) -> str:
 
 # ----------------------------------------------------------------------------------------------- plan lines
 def test_plan_lines_bare_with_fake_backend_describe(tmp_path):
-    cfg = make_config(tmp_path, ["gemm:pytorch:local:2:1:2", "train_gpt:pytorch:local:1:1:1"],
+    cfg = make_config(tmp_path, ["gemm:pytorch:local:2:1:2", "llm:pytorch:local:1:1:1"],
                       hosts=("localhost", "localhost"))
     plan = build_plan(cfg, RUN_ID)
     lines = plan_lines(plan, FakeBackend(describe_lines=["fake: would run here", "fake: second line"]))

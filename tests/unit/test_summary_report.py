@@ -14,7 +14,7 @@ from flagperf.results.summary import (SUMMARY_SCHEMA, CaseSummary, NodeSummary, 
 from tests.unit.fakebackend import finished_record
 
 PASS_NAME = "gemm-pytorch-local-1x1"
-FAIL_NAME = "train_gpt-pytorch-local-1x2"
+FAIL_NAME = "llm-pytorch-local-1x2"
 
 
 def fin(value, e2e=2.0, latency=0.5):
@@ -36,7 +36,7 @@ def sample_summary(**kw) -> Summary:
                           RoundSummary(2, f"{PASS_NAME}/round2", Status.PASSED, 1.5, None, fin(12.0, 3.0, 0.6)),
                           RoundSummary(3, f"{PASS_NAME}/round3", Status.SKIPPED, 0.25,
                                        {"reason": "skipped: no nvcc"})])
-    failed = CaseSummary(FAIL_NAME, "train_gpt:pytorch:local:1:2:2", "train_gpt", "pytorch", "local", 1, 2, 2, None,
+    failed = CaseSummary(FAIL_NAME, "llm:pytorch:local:1:2:2", "llm", "pytorch", "local", 1, 2, 2, None,
                          [RoundSummary(1, f"{FAIL_NAME}/round1", Status.FAILED, 4.0,
                                        {"reason": "rank 0 printed no FINISHED line", "node": "localhost_noderank0",
                                         "rank": 0, "exit_code": 0, "log": "/r/rank0.out.log",
