@@ -378,3 +378,20 @@ def test_sigint_while_connecting_to_a_host_that_never_answers(tmp_path, ssh_bed)
     assert "Traceback" not in out + err
     summary = json.loads((only_run_dir(tmp_path / "result") / "summary.json").read_text())
     assert summary["status"] == "interrupted" and summary["host_checks"] == []
+
+
+def test_llm_trains_across_two_ssh_hosts(tmp_path, ssh_bed, flagperf_home):
+    """The llm benchmark over 2 real sshd hosts, one rank each: FSDP2 over gloo across nodes, one FINISHED."""
+    _cluster(ssh_bed, tmp_path)
+    override = flagperf_home / "vendors" / "cpu" / "llm"
+    override.mkdir()
+    (override / "config_x.yaml").write_text("time_budget_s: 4\n")
+    conf = write_conf(tmp_path, {"llm:pytorch:x:2:1:1": "null"}, CLUSTER="cluster.yaml")
+    code, out, err = run_cli(["run", "--config", conf], home=flagperf_home, timeout=300)
+    assert code == 0, out + err
+    summary = json.loads((only_run_dir(tmp_path / "result") / "summary.json").read_text())
+    rnd = summary["cases"][0]["rounds"][0]
+    assert rnd["status"] == "passed", rnd
+    details = rnd["checks"]["details"]
+    assert details["parallel"] == "fsdp" and details["converged"] is True
+    assert rnd["env"]["world_size"] == 2 and [n["node_rank"] for n in rnd["nodes"]] == [0, 1]
