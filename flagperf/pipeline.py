@@ -423,6 +423,8 @@ class Run:
         """Read back what every node left (each file checked against its schema), then interpret the round."""
         evidence = []
         res.nodes = []
+        rank0 = perflog.read_records(nodes[0].local_dir / rank_log_name(0)) if nodes else []
+        window = measured_window(rank0)
         for node in nodes:
             proc = launchers.get(node.label)
             ev = NodeEvidence(node.label, node.host.address, node.node_rank, tuple(node.ranks),
@@ -448,12 +450,11 @@ class Run:
             summary = NodeSummary(node.label, node.host.address, node.node_rank, ev.launcher_exit,
                                   [r.to_dict() for r in ev.ranks.ranks] if ev.ranks else [])
             try:
-                summary.monitors = summarize_monitors(node.local_dir)
+                summary.monitors = summarize_monitors(node.local_dir, window)
             except Exception as exc:  # noqa: BLE001 - a monitor file problem never fails the round
                 self.log.warning(f"{node.label}: cannot summarise monitor files: {exc}")
             self._report_sensors(node)
             res.nodes.append(summary)
-        rank0 = perflog.read_records(nodes[0].local_dir / rank_log_name(0)) if nodes else []
         verdict = interpret_round(RoundEvidence(wait, evidence, rank0))
         res.status, res.failure = verdict.status, verdict.failure
         res.finished = verdict.finished.to_dict() if verdict.finished else None
@@ -525,6 +526,17 @@ def run_record(plan, backend: str) -> dict:
                    "node_dir": node.node_dir, "local_dir": str(node.local_dir.relative_to(plan.run_dir))}
                   for case in plan.cases for rnd in case.rounds for node in rnd.nodes],
     }
+
+
+def measured_window(records) -> tuple | None:
+    """(RUN_START, RUN_END) epoch seconds of rank 0's PerfLog records: the benchmark's measured window."""
+    times: dict = {}
+    for r in records:
+        if r.get("event") in ("RUN_START", "RUN_END") and isinstance(r.get("time"), (int, float)):
+            times.setdefault(r["event"], float(r["time"]))
+    if "RUN_START" in times and "RUN_END" in times and times["RUN_END"] > times["RUN_START"]:
+        return times["RUN_START"], times["RUN_END"]
+    return None
 
 
 def _oserror(exc: OSError) -> str:

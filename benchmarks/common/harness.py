@@ -656,14 +656,26 @@ def time_fn(fn, ctx, *, warmup=3, iters=None, repeats=None, before_repeat=None, 
         it, reps, warning = plan_counts(per_call, budget_s, iters=iters, repeats=repeats, max_iters=max_iters)
         if per_call > budget_s:
             mode = "minimum"
+    window = device_window(ctx).start()      # clocks, power, throttling and energy of the timed samples
     samples, measured, stop = measure(batch, ctx, it, reps, before_repeat=before_repeat,
                                       budget_s=budget_s if mode == "budget" else None)
+    window.stop()
     warning = "; ".join(w for w in (warning, stop) if w) or None
     if warning:
         budget_warning(label, warning)
     return {"median": statistics.median(samples), "min": min(samples), "max": max(samples), "samples": samples,
             "mode": mode, "warmup": done, "iters": it, "repeats": len(samples), "calibration_calls": cal_calls,
-            "per_call_s": per_call, "budget_s": budget_s, "measured_s": measured, "budget_warning": warning}
+            "per_call_s": per_call, "budget_s": budget_s, "measured_s": measured, "budget_warning": warning,
+            "device_window": window.summary()}
+
+
+def device_window(ctx):
+    """A common.devicestats.DeviceWindow for ctx's device (NVML on CUDA; elsewhere its summary says why not)."""
+    try:
+        from .devicestats import DeviceWindow
+    except ImportError:
+        from common.devicestats import DeviceWindow
+    return DeviceWindow(ctx)
 
 
 class BudgetReport:
@@ -675,10 +687,16 @@ class BudgetReport:
         self.budget_s, self.windows, self.split = float(budget_s), max(1, int(windows)), split
         self.share_s = self.budget_s / self.windows
         self.counts, self.warnings = {}, []
+        self.window_omitted = None
 
     def add(self, name, t):
         """Record window ``name`` from a time_fn result (or a dict with the same keys); returns ``t``."""
         self.counts[name] = {key: t.get(key) for key in ("mode", "warmup", "iters", "repeats", "measured_s")}
+        window = t.get("device_window")
+        if window and "omitted" not in window:      # per window: the clocks and power it ran at
+            self.counts[name]["device_window"] = window
+        elif window:
+            self.window_omitted = window["omitted"]
         if t.get("budget_warning"):
             self.warnings.append(f"{name}: {t['budget_warning']}")
         return t
@@ -689,6 +707,8 @@ class BudgetReport:
              "measured_s": sum(c["measured_s"] or 0.0 for c in self.counts.values()), "counts": self.counts}
         if self.warnings:
             d["budget_warning"] = "; ".join(self.warnings)
+        if self.window_omitted:
+            d["device_window"] = {"omitted": self.window_omitted}
         return d
 
 

@@ -78,6 +78,74 @@ def read_status(dir) -> tuple:
         return None, str(exc)
 
 
+THROTTLE_REASONS = (  # NVML clocks-event (throttle) reason bits, as the nvml plug-in writes them (throttle_mask)
+    (0x1, "gpu_idle"), (0x2, "applications_clocks_setting"), (0x4, "sw_power_cap"), (0x8, "hw_slowdown"),
+    (0x10, "sync_boost"), (0x20, "sw_thermal_slowdown"), (0x40, "hw_thermal_slowdown"),
+    (0x80, "hw_power_brake_slowdown"), (0x100, "display_clock_setting"),
+)
+
+
+def throttle_names(mask: int) -> list:
+    return [name for bit, name in THROTTLE_REASONS if mask & bit]
+
+
+def energy_of(samples, t0: float | None = None, t1: float | None = None) -> dict:
+    """Energy (J) of one device's samples, over [t0, t1] (epoch seconds) or the whole file.
+
+    With the device's energy counter (``energy_j``, cumulative): the counter's rise, linearly interpolated at
+    t0 and t1 between the bracketing samples. Without one: the sampled ``power_w`` integrated over time
+    (trapezoids), which misses what happens between samples; ``source`` says which."""
+    pts = [(ts.timestamp(), v) for ts, v in samples]
+    if not pts:
+        return {}
+    lo = pts[0][0] if t0 is None else t0
+    hi = pts[-1][0] if t1 is None else t1
+    if hi <= lo:
+        return {}
+    gaps = sorted(b[0] - a[0] for a, b in zip(pts, pts[1:]))
+    slack = max(1.5, 1.5 * gaps[len(gaps) // 2]) if gaps else 1.5     # the ends may fall between samples
+    counter = [(t, v["energy_j"]) for t, v in pts if "energy_j" in v]
+
+    def at(series, t):
+        if t <= series[0][0]:
+            return series[0][1]
+        for (ta, va), (tb, vb) in zip(series, series[1:]):
+            if ta <= t <= tb:
+                return va + (vb - va) * (t - ta) / (tb - ta) if tb > ta else vb
+        return series[-1][1]
+
+    if len(counter) >= 2 and counter[0][0] <= lo + slack and counter[-1][0] >= hi - slack:
+        return {"energy_j": round(at(counter, hi) - at(counter, lo), 3), "energy_source": "counter",
+                "seconds": round(hi - lo, 3)}
+    power = [(t, v["power_w"]) for t, v in pts if "power_w" in v and lo - slack <= t <= hi + slack]
+    if len(power) < 2:
+        return {}
+    joules = 0.0
+    for (ta, pa), (tb, pb) in zip(power, power[1:]):
+        a, b = max(ta, lo), min(tb, hi)
+        if b > a:
+            joules += (b - a) * (pa + pb) / 2
+    return {"energy_j": round(joules, 3), "energy_source": "integrated power samples", "seconds": round(hi - lo, 3)}
+
+
+def _window_stats(samples, t0, t1) -> dict:
+    """Median SM clock, mean power and the throttle reasons of the samples inside [t0, t1] (epoch seconds)."""
+    inside = [(ts, v) for ts, v in samples if t0 <= ts.timestamp() <= t1]
+    out: dict = {}
+    clocks = sorted(v["sm_clock_mhz"] for _, v in inside if "sm_clock_mhz" in v)
+    if clocks:
+        out["sm_clock_mhz_median"] = clocks[len(clocks) // 2]
+    power = [v["power_w"] for _, v in inside if "power_w" in v]
+    if power:
+        out["power_w_mean"] = round(sum(power) / len(power), 1)
+    mask = 0
+    for _, v in inside:
+        mask |= int(v.get("throttle_mask", 0))
+    if any("throttle_mask" in v for _, v in inside):
+        out["throttle_reasons"] = throttle_names(mask)
+    return out
+
+
 def _stats(samples, key, *kinds, ndigits=1):
     vals = [v[key] for _, v in samples if key in v]
     out = {}
@@ -85,13 +153,15 @@ def _stats(samples, key, *kinds, ndigits=1):
         return out
     for kind in kinds:
         x = {"mean": lambda: sum(vals) / len(vals), "max": lambda: max(vals), "min": lambda: min(vals),
-             "last": lambda: vals[-1]}[kind]()
+             "last": lambda: vals[-1], "median": lambda: sorted(vals)[len(vals) // 2]}[kind]()
         out[f"{key}_{kind}"] = round(x, ndigits)
     return out
 
 
-def summarize_monitors(node_dir) -> dict:
-    """Simple per-sensor stats of one node's monitor files, for the run summary.
+def summarize_monitors(node_dir, window: tuple | None = None) -> dict:
+    """Simple per-sensor stats of one node's monitor files, for the run summary. ``window`` (t0, t1), epoch
+    seconds of the benchmark's measured window (rank 0's RUN_START and RUN_END), adds each device's energy,
+    median SM clock, mean power and throttle reasons inside it (``window``), beside the whole round's.
 
     -> {"cpu": {...}, "mem": {...}, "pwr": {...}, "gpu": {"vendor": ..., "devices": [{"index": 0, ...}]},
         "unavailable": {sensor: reason}}. A sensor without data is left out; "unavailable" (from
@@ -122,7 +192,10 @@ def summarize_monitors(node_dir) -> dict:
                          **_stats(mem, "total_mib", "max"), **_stats(mem, "used_pct", "max")}
     pwr = samples_of("pwr")
     if pwr:
-        result["pwr"] = {"samples": len(pwr), **_stats(pwr, "power_w", "mean", "max")}
+        # host power (RAPL package/DRAM or hwmon sensors): the host's own, never wall power
+        result["pwr"] = {"samples": len(pwr), **_stats(pwr, "power_w", "mean", "max"), **energy_of(pwr)}
+        if window:
+            result["pwr"]["window"] = energy_of(pwr, *window)
 
     status, _ = read_status(node_dir)
     sensors = status.sensors if status else {}
@@ -142,9 +215,18 @@ def summarize_monitors(node_dir) -> dict:
         devices = []
         for idx in sorted(by_index):
             s = by_index[idx]
-            devices.append({"index": idx, "samples": len(s), **_stats(s, "temp_c", "max"),
-                            **_stats(s, "power_w", "max", "mean"), **_stats(s, "mem_used_mib", "max"),
-                            **_stats(s, "mem_total_mib", "max"), **_stats(s, "util_pct", "mean", "max")})
+            dev = {"index": idx, "samples": len(s), **_stats(s, "temp_c", "max"),
+                   **_stats(s, "power_w", "max", "mean"), **_stats(s, "mem_used_mib", "max"),
+                   **_stats(s, "mem_total_mib", "max"), **_stats(s, "util_pct", "mean", "max"),
+                   **_stats(s, "sm_clock_mhz", "median", "min", "max", ndigits=0), **energy_of(s)}
+            mask = 0
+            for _, v in s:
+                mask |= int(v.get("throttle_mask", 0))
+            if any("throttle_mask" in v for _, v in s):
+                dev["throttle_reasons"] = throttle_names(mask)
+            if window:
+                dev["window"] = {**energy_of(s, *window), **_window_stats(s, *window)}
+            devices.append(dev)
         result["gpu"] = {"vendor": str(gpu_file)[:-len("_monitor.log")], "devices": devices}
 
     unavailable = {name: st.reason or "" for name, st in sensors.items() if not st.available}

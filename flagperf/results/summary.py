@@ -118,6 +118,48 @@ class NodeSummary:
                    list(d.get("ranks") or []), dict(d.get("monitors") or {}))
 
 
+EFFICIENCY_UNITS = {"tokens/s": "tokens/J", "images/s": "images/J", "samples/s": "samples/J"}
+
+
+def round_energy(nodes, finished: dict | None) -> dict | None:
+    """Accelerator energy of a round from its nodes' monitor summaries: per device and in total, over the whole
+    round and over the benchmark's window (rank 0's RUN_START..RUN_END), plus host energy (RAPL/hwmon, the
+    host's own sensors, never wall power) and, for a job-wide rate (tokens/s, images/s), its efficiency per joule
+    of accelerator energy in the window. None when no node measured any."""
+    devices, host_j, host_window_j, sources = [], 0.0, 0.0, set()
+    for n in nodes:
+        mon = n.monitors or {}
+        for d in (mon.get("gpu") or {}).get("devices") or []:
+            if "energy_j" not in d:
+                continue
+            win = d.get("window") or {}
+            devices.append({"node": n.node, "index": d.get("index"), "round_j": d["energy_j"],
+                            "window_j": win.get("energy_j"), "window_s": win.get("seconds")})
+            sources.add(d.get("energy_source"))
+        pwr = mon.get("pwr") or {}
+        host_j += pwr.get("energy_j") or 0.0
+        host_window_j += (pwr.get("window") or {}).get("energy_j") or 0.0
+    if not devices and not host_j:
+        return None
+    out: dict = {"devices": devices, "round_j_total": round(sum(d["round_j"] for d in devices), 3),
+                 "source": ", ".join(sorted(s for s in sources if s))}
+    window = [d["window_j"] for d in devices if d["window_j"] is not None]
+    if window and len(window) == len(devices):
+        out["window_j_total"] = round(sum(window), 3)
+        seconds = max(d["window_s"] or 0.0 for d in devices)
+        f = finished or {}
+        unit = EFFICIENCY_UNITS.get(f.get("unit") or "")
+        if unit and isinstance(f.get("value"), (int, float)) and out["window_j_total"] > 0 and seconds > 0:
+            # the window's work at the reported rate over the window's accelerator energy (an approximation:
+            # the rate is the measured part's, the window includes warm-up)
+            out["efficiency"] = {"value": f["value"] * seconds / out["window_j_total"], "unit": unit}
+    if host_j:
+        out["host_round_j"] = round(host_j, 3)
+        out["host_window_j"] = round(host_window_j, 3)
+        out["host_note"] = "host sensors (RAPL/hwmon): the host's own draw, not wall power"
+    return out
+
+
 @dataclass
 class RoundSummary:
     round: int
@@ -146,7 +188,7 @@ class RoundSummary:
                 "duration_s": round(self.duration_s, 3), "value": self.value, "e2e_time": self.e2e_time,
                 "metrics": self.metrics, "checks": f.get("checks"), "env": f.get("env"),
                 "failure": self.failure, "finished": self.finished,
-                "nodes": [n.to_dict() for n in self.nodes]}
+                "nodes": [n.to_dict() for n in self.nodes], "energy": round_energy(self.nodes, f)}
 
     @classmethod
     def from_dict(cls, d: dict) -> "RoundSummary":

@@ -34,7 +34,17 @@ class NvmlGpus:
             ("power", lambda h: {"power_w": round(nv.nvmlDeviceGetPowerUsage(h) / 1000, 1)}),
             ("mem", self._mem),
             ("util", lambda h: {"util_pct": nv.nvmlDeviceGetUtilizationRates(h).gpu}),
+            ("clocks", lambda h: {"sm_clock_mhz": nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM),
+                                  "mem_clock_mhz": nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_MEM)}),
+            # the board's energy counter (mJ since the driver loaded): exact energy between any two samples
+            ("energy", lambda h: {"energy_j": round(nv.nvmlDeviceGetTotalEnergyConsumption(h) / 1000, 3)}),
+            ("throttle", self._throttle),
         )
+
+    def _throttle(self, h):
+        get = getattr(self.nv, "nvmlDeviceGetCurrentClocksEventReasons", None) or \
+            self.nv.nvmlDeviceGetCurrentClocksThrottleReasons
+        return {"throttle_mask": int(get(h))}
 
     def _mem(self, h):
         m = self.nv.nvmlDeviceGetMemoryInfo(h)
@@ -54,6 +64,9 @@ class NvmlGpus:
                     self.log.once("gpu %d: %s not supported, field omitted" % (i, name))
                 except self.nv.NVMLError as e:
                     self.log.once("gpu %d: %s: %s" % (i, name, e))
+                except Exception as e:  # noqa: BLE001 - e.g. a pynvml too old to have the call: field dropped
+                    self.skip.add((i, name))
+                    self.log.once("gpu %d: %s unavailable (%s: %s), field omitted" % (i, name, type(e).__name__, e))
             if len(row) > 1:
                 rows.append(row)
         return rows

@@ -197,6 +197,15 @@ def fake_pynvml():
     nv.nvmlDeviceGetPowerUsage = lambda h: not_supported() if h == 1 else 120500
     nv.nvmlDeviceGetMemoryInfo = lambda h: types.SimpleNamespace(used=1536 * 2**20, total=80 * 2**30, free=0)
     nv.nvmlDeviceGetUtilizationRates = lambda h: types.SimpleNamespace(gpu=87, memory=10)
+    nv.NVML_CLOCK_SM, nv.NVML_CLOCK_MEM = 1, 2
+    nv.nvmlDeviceGetClockInfo = lambda h, which: 1980 if which == 1 else 3201
+    energy = {0: 1_000_000, 1: 2_000_000}
+
+    def total_energy(h):        # mJ, counting up 700 J per call
+        energy[h] += 700_000
+        return energy[h]
+    nv.nvmlDeviceGetTotalEnergyConsumption = total_energy
+    nv.nvmlDeviceGetCurrentClocksEventReasons = lambda h: 0x4 if h == 0 else 0
     return nv
 
 
@@ -213,9 +222,12 @@ def test_nvml_gpu_lines_omit_unsupported_fields(tmp_path, monkeypatch):
     mon.tick()
     mon.close()
     lines = read_monitor_file(tmp_path / "nvidia_monitor.log", strict=True)
+    more = {"sm_clock_mhz": 1980, "mem_clock_mhz": 3201}
     assert [v for _, v in lines[:2]] == [
-        {"gpu": 0, "temp_c": 40, "power_w": 120.5, "mem_used_mib": 1536.0, "mem_total_mib": 81920.0, "util_pct": 87},
-        {"gpu": 1, "temp_c": 41, "mem_used_mib": 1536.0, "mem_total_mib": 81920.0, "util_pct": 87}]
+        {"gpu": 0, "temp_c": 40, "power_w": 120.5, "mem_used_mib": 1536.0, "mem_total_mib": 81920.0, "util_pct": 87,
+         **more, "energy_j": 1700.0, "throttle_mask": 4},
+        {"gpu": 1, "temp_c": 41, "mem_used_mib": 1536.0, "mem_total_mib": 81920.0, "util_pct": 87,
+         **more, "energy_j": 2700.0, "throttle_mask": 0}]
     assert len(lines) == 4
     assert "error" not in (tmp_path / "nvidia_monitor.log").read_text().lower()
     assert (tmp_path / "monitor.log").read_text().count("power not supported") == 1
