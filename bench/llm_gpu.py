@@ -34,7 +34,7 @@ for spec in sys.argv[2:]:
                             str(d / "case_config.json"), "--data-dir", str(d), "--result-dir", str(d)],
                            cwd=ROOT / "benchmarks" / bench, env=env, stdout=log, stderr=subprocess.STDOUT)
     text = (d / "rank0.out.log").read_text()
-    fin = [json.loads(l[len("[PerfLog] "):]) for l in text.splitlines() if l.startswith("[PerfLog] ")]
+    fin = [json.loads(ln[len("[PerfLog] "):]) for ln in text.splitlines() if ln.startswith("[PerfLog] ")]
     last = fin[-1] if fin else {}
     m = {k: round(v["value"], 4) for k, v in last.get("metrics", {}).items()}
     dw = last.get("checks", {}).get("details", {}).get("device_window", {})
