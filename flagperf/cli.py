@@ -96,9 +96,14 @@ def run(config_path, cluster_path, accept_new_host_keys, dry_run):
     from flagperf.errors import Interrupted
     import logging
     logging.raiseExceptions = False     # a full disk under the run log must not print tracebacks on stderr
+    from flagperf.progress import for_console
+    progress = for_console(console)
     try:
-        runner = Run(plan, say=say, accept_new_host_keys=accept_new_host_keys)
-        code = runner.execute()
+        runner = Run(plan, say=say, accept_new_host_keys=accept_new_host_keys, progress=progress)
+        try:
+            code = runner.execute()
+        finally:
+            progress.close()
     except (KeyboardInterrupt, Interrupted):
         sys.exit(EXIT_INTERRUPTED)
     except Exception as exc:  # noqa: BLE001 - one line for the user, the traceback in the run log
@@ -305,3 +310,45 @@ def list_cmd():
             table.add_row(name, ", ".join(profile.frameworks), profile.torch_device or profile.device,
                           profile.dist_backend, "yes" if profile.tested else "no", profile.description)
     console.print(table)
+
+
+@main.command()
+@click.argument("run_a", type=click.Path(path_type=Path))
+@click.argument("run_b", type=click.Path(path_type=Path))
+@click.option("--threshold", "threshold_pct", type=float, default=5.0, show_default=True,
+              help="A change counts only when larger than this many percent.")
+@click.option("--alpha", type=float, default=0.05, show_default=True,
+              help="Significance level of the Mann-Whitney U test (>= 3 passed rounds on each side).")
+@click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON (flagperf.compare/1).")
+def compare(run_a, run_b, threshold_pct, alpha, as_json):
+    """Compare run B against run A (run directories or summary.json files): per case and metric, the medians,
+    the change, and whether it is a regression (docs/compare.md).
+
+    Exit codes: 0 no regression, 1 a regression, 2 bad arguments or an unreadable summary.json.
+    """
+    import json
+    import math
+
+    from flagperf.results.compare import compare_summaries
+    from flagperf.results.summary import Summary, SummaryError
+    problems = []
+    if not (math.isfinite(threshold_pct) and threshold_pct >= 0):
+        problems.append(f"--threshold must be a number >= 0 (percent), got {threshold_pct}")
+    if not 0 < alpha < 1:
+        problems.append(f"--alpha must be between 0 and 1, got {alpha}")
+    if problems:
+        _exit_config(ConfigError(problems), prefix="")
+    try:
+        a, b = (Summary.load(p if p.is_file() else p / "summary.json") for p in (run_a, run_b))
+    except SummaryError as exc:
+        _exit_config(ConfigError(str(exc)), prefix="")
+    result = compare_summaries(a, b, threshold_pct=threshold_pct, alpha=alpha)
+    if as_json:
+        sys.stdout.write(json.dumps(result.to_dict(), indent=2, allow_nan=False) + "\n")
+    else:
+        from flagperf.reporters.compare import comparison_lines, comparison_table
+        console = _console()
+        console.print(comparison_table(result))
+        for line in comparison_lines(result):
+            console.print(line, markup=False)
+    sys.exit(1 if result.regressed else EXIT_OK)

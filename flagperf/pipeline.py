@@ -31,6 +31,7 @@ from flagperf.backends.base import HEARTBEAT_INTERVAL_S, HEARTBEAT_TIMEOUT_S
 from flagperf.checks import failed, needed_accelerators
 from flagperf.errors import EXIT_CASE_FAILED, EXIT_HOSTS, EXIT_INTERRUPTED, EXIT_OK, Interrupted
 from flagperf.hosts.fanout import CANCELLED, fan_out
+from flagperf.progress import Progress
 from flagperf.plan import Plan, build_plan
 from flagperf.reporters import write_reports
 from flagperf.results import perflog
@@ -81,8 +82,10 @@ class Run:
     """One execution of a Plan. ``say`` receives progress lines for the terminal. ``backend`` defaults to the
     one the cluster config names (tests pass their own)."""
 
-    def __init__(self, plan: Plan, say=print, *, backend: Backend | None = None, accept_new_host_keys: bool = False):
+    def __init__(self, plan: Plan, say=print, *, backend: Backend | None = None, accept_new_host_keys: bool = False,
+                 progress: Progress | None = None):
         self.plan = plan
+        self.progress = progress or Progress()      # the live display (a no-op off a terminal)
         self.config = plan.config
         self.say = say
         self.log = logging.getLogger(f"flagperf.run.{plan.run_id}")
@@ -192,6 +195,7 @@ class Run:
     def _check_hosts(self) -> list:
         hosts = self.plan.hosts
         self.step(f"check: connecting to {len(hosts)} host(s)")
+        self.progress.stage(f"check: connecting to {len(hosts)} host(s), probing and deploying")
         checks = check_hosts(self.backend, hosts, needed_accelerators(self.config), deploy=True,
                              say=self.log.info)
         for c in checks:
@@ -217,6 +221,7 @@ class Run:
     def _prepare_case(self, case, cres: CaseSummary) -> bool:
         """Backend preparation for the case's hosts (images for containers); a failure fails the case only."""
         t0 = time.monotonic()
+        self.progress.stage(f"{case.name}: preparing (container images are built where missing)")
         try:
             try:
                 self.backend.prepare_case(case)
@@ -244,32 +249,57 @@ class Run:
         t0 = time.monotonic()
         nodes = list(rnd.nodes)
         self.host_of.update((n.label, n.host.address) for n in nodes)
+        self.progress.round(label, [n.label for n in nodes], t.case_timeout)
         monitors: dict = {}
         launchers: dict = {}
         wait = Wait(WaitEnd.ERROR, "the round did not start")
+        # each case: every host is its own job; a host that fails to start or run fails alone (its own Wait here)
+        node_waits: dict | None = {} if getattr(case.case, "each", False) else None
+
+        def live():
+            return [n for n in nodes if node_waits is None or n.label not in node_waits]
+
         try:
             gone = [n.host.address for n in nodes if n.host.address in self.lost_hosts]
-            if gone:
+            if gone and node_waits is None:
                 raise BackendError(f"host {gone[0]} was lost earlier in this run ({self.lost_hosts[gone[0]]})")
+            for node in [n for n in nodes if n.host.address in self.lost_hosts] if node_waits is not None else []:
+                self._host_failed(node_waits, node, f"host {node.host.address} was lost earlier in this run "
+                                                    f"({self.lost_hosts[node.host.address]})", label)
             if t.clear_caches:
-                self._clear_caches(nodes)
-            for o in fan_out(nodes, self.backend.prepare_node, deadline_s=600):
+                self._clear_caches(live())
+            for node in nodes:
+                self.progress.node(node.label, "preparing")
+            for o in fan_out(live(), self.backend.prepare_node, deadline_s=600):
                 if not o.ok:
-                    raise BackendError(o.error if o.key.label in o.error else f"{o.key.label}: {o.error}")
-            for node in nodes:
+                    error = o.error if o.key.label in o.error else f"{o.key.label}: {o.error}"
+                    if node_waits is None:
+                        raise BackendError(error)
+                    self._host_failed(node_waits, o.key, error, label)
+            for node in live():
                 self.cmd(node, node.monitor_argv)
-                monitors[node.label] = self.backend.spawn_monitor(node)
-            for node in nodes:
+                try:
+                    monitors[node.label] = self.backend.spawn_monitor(node)
+                except BackendError as exc:
+                    if node_waits is None:
+                        raise
+                    self._host_failed(node_waits, node, str(exc), label)
+            for node in live():
                 self.cmd(node, node.launcher_argv)
             problems = []
-            for o in fan_out(nodes, self.backend.spawn_launcher, deadline_s=60):
+            for o in fan_out(live(), self.backend.spawn_launcher, deadline_s=60):
                 if o.ok:
                     launchers[o.key.label] = o.value
                 else:
                     problems.append(o.error if o.key.label in o.error else f"{o.key.label}: {o.error}")
-            if problems:
+                    if node_waits is not None:
+                        self._host_failed(node_waits, o.key, f"the node launcher did not start: {problems[-1]}",
+                                          label)
+            if problems and node_waits is None:
                 raise BackendError(f"the node launcher did not start: {'; '.join(problems)}")
-            wait = self._wait(nodes, launchers, t.case_timeout, label)
+            for node in nodes:
+                self.progress.node(node.label, "running")
+            wait = self._wait(nodes, launchers, t.case_timeout, label, node_waits)
         except KeyboardInterrupt:
             wait = Wait(WaitEnd.INTERRUPTED, "interrupted (SIGINT)")
             raise
@@ -298,6 +328,8 @@ class Run:
                         self.backend.cleanup_node(node)
                     except Exception as exc:  # noqa: BLE001 - cleanup goes on for every node
                         self.step(f"{node.label}: cleanup failed: {exc}", level=logging.ERROR)
+                for node in nodes:
+                    self.progress.node(node.label, "collecting")
                 left = self._collect(nodes, stop=lambda: bool(held.pending))
                 if left and wait.end != WaitEnd.INTERRUPTED:
                     # a signal arrived while collecting: the round is not judged on half its files
@@ -305,13 +337,15 @@ class Run:
                                                      f"stay on the host (`flagperf collect {self.plan.run_dir}` "
                                                      f"fetches them)")
                 res.duration_s = time.monotonic() - t0
-                self._judge(nodes, launchers, wait, res)
+                self._judge(nodes, launchers, wait, res, node_waits)
+                self.progress.round_done(res.status.value)
                 self._report_round(label, res)
 
-    def _wait(self, nodes, launchers: dict, timeout: float, label: str) -> Wait:
+    def _wait(self, nodes, launchers: dict, timeout: float, label: str, node_waits: dict | None = None) -> Wait:
         """Wait for every node launcher to exit; the first failure stops the others. Every HEARTBEAT_INTERVAL_S
         the hosts of the running nodes must answer (within HEARTBEAT_TIMEOUT_S), or the round fails naming the
-        lost host."""
+        lost host. With ``node_waits`` (an each case: independent jobs) a failed or lost node stops nothing else:
+        how each node ended goes into ``node_waits`` ({label: Wait})."""
         done: queue.Queue = queue.Queue()
         for name, proc in launchers.items():
             threading.Thread(target=lambda n=name, p=proc: done.put((n, p.wait())), daemon=True).start()
@@ -327,7 +361,15 @@ class Run:
                 if time.monotonic() < deadline:
                     next_beat = time.monotonic() + HEARTBEAT_INTERVAL_S
                     lost = self._heartbeat([by_label[n] for n in pending if n in by_label])
-                    if lost:
+                    if lost and node_waits is not None:     # each: that host's job alone
+                        node, why = lost
+                        self.step(f"{label}: host {node.host.address} lost ({why}); the other hosts go on",
+                                  logging.ERROR)
+                        pending.discard(node.label)
+                        node_waits[node.label] = Wait(WaitEnd.HOST_LOST, f"host {node.host.address} stopped "
+                                                      f"answering: {why} (no answer within "
+                                                      f"{HEARTBEAT_TIMEOUT_S:g} s)", node.label)
+                    elif lost:
                         node, why = lost
                         self.step(f"{label}: host {node.host.address} lost ({why}); stopping every node",
                                   logging.ERROR)
@@ -337,15 +379,28 @@ class Run:
                     continue
                 self.step(f"{label}: CASE_TIMEOUT of {timeout:g} s reached; stopping every node", logging.ERROR)
                 self._stop({n: launchers[n] for n in pending}, "launcher", signal.SIGTERM, STOP_GRACE_S)
+                for n in pending if node_waits is not None else ():
+                    node_waits[n] = Wait(WaitEnd.TIMEOUT, f"round exceeded CASE_TIMEOUT ({timeout:g} s)", n)
                 return Wait(WaitEnd.TIMEOUT, f"round exceeded CASE_TIMEOUT ({timeout:g} s)")
+            if name not in pending:
+                continue            # each: the launcher of a host already counted as lost
             pending.discard(name)
             self.log.info(f"{name}: node launcher exited with {code}")
+            if node_waits is not None:      # each: independent jobs, nothing else is stopped
+                node_waits[name] = Wait(WaitEnd.COMPLETED) if code == 0 else \
+                    Wait(WaitEnd.NODE_FAILED, f"node {name} failed", name)
+                if code != 0:
+                    self.step(f"{label}: {name} failed; the other hosts go on (independent jobs)", logging.WARNING)
+                continue
             if code != 0 and failed_node is None:
                 failed_node = name
                 if pending:
                     self.step(f"{label}: {name} failed; stopping {', '.join(sorted(pending))}", logging.WARNING)
                     for n in pending:
                         launchers[n].signal(signal.SIGTERM)
+        bad = [n for n, w in (node_waits or {}).items() if w.end != WaitEnd.COMPLETED]
+        if bad:
+            return Wait(WaitEnd.NODE_FAILED, f"{len(bad)} host(s) failed: {', '.join(bad)}", bad[0])
         if failed_node:
             return Wait(WaitEnd.NODE_FAILED, f"node {failed_node} failed", failed_node)
         return Wait(WaitEnd.COMPLETED)

@@ -347,3 +347,27 @@ def test_busy_master_port_fails_the_check_naming_the_port(tmp_path):
         assert not list((tmp_path / "result").glob("run*/*/round1/*/rank0.out.log"))
     finally:
         busy.close()
+
+
+def test_live_progress_on_a_terminal_and_plain_lines_off_it(tmp_path):
+    """On a terminal (a real pty through util-linux `script`) a live panel shows the stage and each node's state
+    with the round's elapsed time against CASE_TIMEOUT; piped output (CI) gets only the log lines."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+    if shutil.which("script") is None:
+        from testbed.realparts import unavailable
+        unavailable("util-linux `script` (a pty) is missing")
+    (tmp_path / "cluster.yaml").write_text("HOSTS: [localhost]\nMASTER_PORT: 29563\n")
+    conf = write_conf(tmp_path, {"gemm:pytorch:live:1:1:1": "null"}, CLUSTER="cluster.yaml")
+    typescript = tmp_path / "typescript"
+    cmd = f"{sys.executable} -m flagperf run --config {conf}"
+    proc = subprocess.run(["script", "-qec", cmd, str(typescript)], capture_output=True, text=True, timeout=300,
+                          env=dict(os.environ, TERM="xterm-256color", COLUMNS="160"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    screen = typescript.read_text(errors="replace")
+    assert "check: connecting to 1 host(s)" in screen
+    assert "of CASE_TIMEOUT" in screen and "localhost_noderank0" in screen and "running" in screen
+    code, out, err = run_cli(["run", "--config", conf])            # a pipe: no live panel
+    assert code == 0 and "of CASE_TIMEOUT" not in out + err and "▶" not in out
