@@ -54,8 +54,8 @@ def _exit_config(exc: ConfigError, prefix="config error: "):
 def main():
     """Benchmark AI accelerator clusters.
 
-    Exit codes: 0 all cases passed, 1 a case failed, 2 configuration error, 3 a host failed its check,
-    4 internal error, 130 interrupted.
+    Exit codes: 0 all cases passed, 1 a case failed (or an each case flagged a slow host or GPU),
+    2 configuration error, 3 a host failed its check, 4 internal error, 130 interrupted.
     """
 
 
@@ -113,8 +113,19 @@ def run(config_path, cluster_path, accept_new_host_keys, dry_run):
         _console(stderr=True).print(f"flagperf: internal error: {type(exc).__name__}: {exc}", markup=False)
         sys.exit(EXIT_INTERNAL)
     console.print(reporter("terminal").render(runner.summary))
+    _print_rankings(console, runner.summary)
     console.print(f"results: {plan.run_dir}", markup=False)
     sys.exit(code)
+
+
+def _print_rankings(console, summary):
+    """each cases: the hosts (and GPUs) ranked, then every outlier on a line of its own."""
+    from flagperf.reporters import reporter
+    terminal = reporter("terminal")
+    for table in terminal.rankings(summary):
+        console.print(table)
+    for line in terminal.outlier_lines(summary):
+        console.print(line, style="bold red", markup=False, highlight=False)
 
 
 @main.command()
@@ -258,9 +269,11 @@ def clean(config_path, cluster_path, accept_new_host_keys, run_id):
 @click.argument("run_dir", required=False, type=click.Path(file_okay=False, path_type=Path))
 @config_option
 @click.option("--markdown", "as_markdown", is_flag=True, help="Print the Markdown report instead of the table.")
-def report(run_dir, config_path, as_markdown):
+@click.option("--html", "as_html", is_flag=True,
+              help="(Re)write report.html (plots, from summary.json and the node directories); print its path.")
+def report(run_dir, config_path, as_markdown, as_html):
     """Show a run (default: the latest under FLAGPERF_LOG_PATH): the table and every failure; (re)writes its
-    reports (report.md)."""
+    reports (report.md, report.html)."""
     from flagperf.collect import latest_run
     from flagperf.reporters import reporter, write_reports
     from flagperf.results.summary import Summary, SummaryError
@@ -274,11 +287,19 @@ def report(run_dir, config_path, as_markdown):
         _exit_config(ConfigError(str(exc)), prefix="")
     written = write_reports(summary, run_dir)
     console = _console()
+    if as_html:
+        where = dict(written).get("html", "no html reporter registered")
+        if isinstance(where, str):
+            click.echo(f"flagperf: {where}", err=True)
+            sys.exit(1)
+        click.echo(str(where))
+        return
     if as_markdown:
         console.print(reporter("markdown").render(summary), markup=False)
         return
     terminal = reporter("terminal")
     console.print(terminal.render(summary))
+    _print_rankings(console, summary)
     for line in terminal.failure_lines(summary):
         console.print(line, markup=False)
     for name, where in written:

@@ -30,6 +30,7 @@ TEST_KEYS = (
     "VENDOR", "RUNTIME", "FLAGPERF_PATH", "FLAGPERF_LOG_PATH", "FLAGPERF_LOG_LEVEL", "SHM_SIZE",
     "CLEAR_CACHES", "ACCE_CONTAINER_OPT", "ACCE_VISIBLE_DEVICE_ENV_NAME", "PIP_SOURCE", "CLUSTER", "CASES",
     "MONITOR_INTERVAL", "CASE_TIMEOUT", "DOCKER_BUILD_ARGS", "EXTRA_CA_BUNDLE", "COLLECT_MAX_BYTES",
+    "REFERENCES",
 )
 CLUSTER_KEYS = ("SCHEDULER", "HOSTS", "SSH_PORT", "SSH_USER", "SSH_KEY", "KNOWN_HOSTS", "MASTER_PORT", "PYTHON")
 HOST_KEYS = ("HOST", "SSH_PORT", "SSH_USER", "SSH_KEY", "PYTHON", "FLAGPERF_PATH")
@@ -54,6 +55,7 @@ class CaseSpec:
     nproc: int | None           # None: "auto", every accelerator of a node (resolved by the plan)
     repeat: int
     data_dir: str | None = None
+    each: bool = False          # nnodes "each": one independent single-node job per host (nnodes: every HOSTS entry)
 
     FIELDS = ("model", "framework", "hw", "nnodes", "nproc", "repeat")
     LIMITS = {"nnodes": MAX_NNODES, "nproc": MAX_NPROC, "repeat": MAX_REPEAT}
@@ -76,19 +78,23 @@ class CaseSpec:
             if name == "nproc" and value.lower() == "auto":
                 numbers.append(None)
                 continue
+            if name == "nnodes" and value.lower() == "each":
+                numbers.append(0)       # the number of hosts: set when the cluster is known (load_config)
+                continue
             if not re.fullmatch(r"[0-9]+", value) or not value.strip("0"):
-                more = " or auto" if name == "nproc" else ""
+                more = {"nproc": " or auto", "nnodes": " or each"}.get(name, "")
                 raise ValueError(f"{name} must be a positive integer{more}, got {value!r}")
             if len(value.lstrip("0")) > 6 or int(value) > cls.LIMITS[name]:
                 raise ValueError(f"{name} must be at most {cls.LIMITS[name]}, got {value!r}")
             numbers.append(int(value))
         model, framework, hw = parts[:3]
         nnodes, nproc, repeat = numbers
-        return cls(key, model, framework, hw, nnodes, nproc, repeat, data_dir=data_dir)
+        return cls(key, model, framework, hw, nnodes, nproc, repeat, data_dir=data_dir, each=parts[3].lower() == "each")
 
     @property
     def name(self) -> str:
-        return f"{self.model}-{self.framework}-{self.hw}-{self.nnodes}x{'auto' if self.nproc is None else self.nproc}"
+        nodes = "each" if self.each else self.nnodes
+        return f"{self.model}-{self.framework}-{self.hw}-{nodes}x{'auto' if self.nproc is None else self.nproc}"
 
 
 @dataclass(frozen=True)
@@ -134,6 +140,7 @@ class TestConfig:
     docker_build_args: tuple = ()       # ((name, value), ...) for image builds
     extra_ca_bundle: str | None = None  # a CA bundle added to images (corporate TLS proxies)
     collect_max_bytes: int = COLLECT_MAX_BYTES  # at most this much of a node directory is collected to the driver
+    references: str | bool | None = None  # REFERENCES: a reference file; False: none; None: the vendor's folder
 
 
 @dataclass(frozen=True)
@@ -143,6 +150,7 @@ class Config:
     vendor: VendorProfile
     source_root: Path = field(default=SOURCE_ROOT)
     container: ContainerSpec | None = None      # the vendor's container with ACCE_CONTAINER_OPT applied
+    references: tuple = ()      # flagperf.references.ReferenceFile: the expected figures, loaded and checked
 
     def to_dict(self) -> dict:
         """The effective configuration, after defaults, path resolution and VENDOR: auto."""
@@ -164,6 +172,7 @@ class Config:
             "DOCKER_BUILD_ARGS": dict(t.docker_build_args),
             "EXTRA_CA_BUNDLE": t.extra_ca_bundle,
             "COLLECT_MAX_BYTES": t.collect_max_bytes,
+            "REFERENCES": t.references if t.references is not None else [r.path for r in self.references],
             "CLUSTER": str(c.path) if c.path else None,
             "CASES": {case.key: case.data_dir for case in t.cases},
             "cluster": {
@@ -401,6 +410,7 @@ def _load_config(test_path, cluster_override, problems, source_root, detect) -> 
         collect_max = COLLECT_MAX_BYTES
 
     cases = _load_cases(ck, data, cluster, vendor, source_root)
+    references, reference_files = _load_references(ck, data, vendor, source_root)
 
     if problems:
         return None
@@ -412,6 +422,7 @@ def _load_config(test_path, cluster_override, problems, source_root, detect) -> 
         docker_build_args=tuple(sorted((str(k), str(v)) for k, v in build_args.items())),
         extra_ca_bundle=ca_bundle,
         collect_max_bytes=collect_max,
+        references=references,
     )
     assert cluster is not None and vendor is not None      # else a problem was reported above
     hosts = tuple(
@@ -419,7 +430,35 @@ def _load_config(test_path, cluster_override, problems, source_root, detect) -> 
         for h in cluster.hosts
     )
     cluster = ClusterConfig(cluster.path, hosts, cluster.known_hosts, cluster.master_port, cluster.scheduler)
-    return Config(test=test, cluster=cluster, vendor=vendor, source_root=source_root, container=container)
+    return Config(test=test, cluster=cluster, vendor=vendor, source_root=source_root, container=container,
+                  references=reference_files)
+
+
+def _load_references(ck: _Checker, data, vendor, source_root) -> tuple:
+    """(REFERENCES as given: a path, False or None; the reference files loaded). Without REFERENCES every file
+    of ``vendors/<vendor>/references/`` is loaded; each problem in a file is a config problem naming it."""
+    from flagperf.references import load_reference_dir, load_reference_file
+    known = benchmark_names(source_root)
+    value = data.get("REFERENCES")
+    if value is False:
+        return False, ()
+    if value is True:
+        ck.add(data, "REFERENCES", "expected a reference file (YAML, docs/references.md) or false, got true")
+        return None, ()
+    path = ck.path_value(data, "REFERENCES")
+    if path is None:
+        if "REFERENCES" in data and value is not None or vendor is None:
+            return None, ()         # a wrong value, reported above; or no vendor to take references from
+        files, problems = load_reference_dir(source_root / "vendors" / vendor.name / "references", known)
+        ck.problems.extend(problems)
+        return None, files
+    if not _is("is_file", path):
+        what = "is a directory" if _is("is_dir", path) else "does not exist"
+        ck.add(data, "REFERENCES", f"expected a reference file (YAML, docs/references.md), {path} {what}")
+        return path, ()
+    ref, problems = load_reference_file(Path(path), known, need_match=False)
+    ck.problems.extend(problems)
+    return path, (ref,) if ref is not None else ()
 
 
 def _load_cases(ck: _Checker, data, cluster, vendor, source_root) -> list:
@@ -464,7 +503,12 @@ def _load_cases(ck: _Checker, data, cluster, vendor, source_root) -> list:
         if vendor is not None and case.framework not in vendor.frameworks:
             ck.add(cases_map, key, f"framework {case.framework!r} is not provided by vendor {vendor.name!r}; "
                                    f"expected one of: {', '.join(vendor.frameworks)}", label)
-        if cluster is not None and case.nnodes > len(cluster.hosts):
+        nnodes = len(cluster.hosts) if case.each and cluster is not None else case.nnodes
+        if case.each and cluster is not None:
+            _check_each(ck, cases_map, key, label, cluster)
+            if resolved and any(h.is_local for h in cluster.hosts) and not _is("is_dir", resolved):
+                ck.add(cases_map, key, f"data directory {resolved} does not exist on localhost", label)
+        elif cluster is not None and case.nnodes > len(cluster.hosts):
             ck.add(cases_map, key, f"nnodes {case.nnodes} exceeds the {len(cluster.hosts)} host(s) in "
                                    f"{cluster.path or 'the default cluster (localhost)'}", label)
         elif cluster is not None and case.nnodes > 1 and cluster.hosts[0].is_local and \
@@ -475,9 +519,18 @@ def _load_cases(ck: _Checker, data, cluster, vendor, source_root) -> list:
         elif cluster is not None and resolved and any(h.is_local for h in cluster.hosts[:case.nnodes]):
             if not _is("is_dir", resolved):
                 ck.add(cases_map, key, f"data directory {resolved} does not exist on localhost", label)
-        cases.append(CaseSpec(key, case.model, case.framework, case.hw, case.nnodes, case.nproc, case.repeat,
-                              data_dir=resolved))
+        cases.append(CaseSpec(key, case.model, case.framework, case.hw, nnodes, case.nproc, case.repeat,
+                              data_dir=resolved, each=case.each))
     return cases
+
+
+def _check_each(ck: _Checker, cases_map, key, label, cluster) -> None:
+    """An ``each`` case runs one job per host, host i's rank 0 listening on MASTER_PORT + i: every such port
+    must exist."""
+    count = len({h.address for h in cluster.hosts})
+    if cluster.master_port + count - 1 > 65535:
+        ck.add(cases_map, key, f"nnodes each: the {count} hosts listen on MASTER_PORT {cluster.master_port} to "
+                               f"{cluster.master_port + count - 1}, past 65535; lower MASTER_PORT", label)
 
 
 def default_cluster() -> ClusterConfig:

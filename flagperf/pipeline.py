@@ -36,8 +36,10 @@ from flagperf.plan import Plan, build_plan
 from flagperf.reporters import write_reports
 from flagperf.results import perflog
 from flagperf.results.interpret import (NodeEvidence, RoundEvidence, Status, Wait, WaitEnd, describe_exit,
-                                       interpret_round)
+                                       hosts_verdict, interpret_round)
 from flagperf.results.monitors import read_status, summarize_monitors
+from flagperf.results.slownodes import RULE, outliers, rank_cases
+from flagperf.results.slownodes import describe as describe_outlier
 from flagperf.results.summary import CaseSummary, NodeSummary, RoundSummary, Summary
 from flagperf_contract import (RANKS_FILE, ContractError, RankReport, now_iso, rank_log_name, read_json_file,
                                write_json_atomic)
@@ -106,7 +108,8 @@ class Run:
     def _case_summary(c) -> CaseSummary:
         s = c.case
         return CaseSummary(c.name, s.key, s.model, s.framework, s.hw, s.nnodes, s.nproc, s.repeat, s.data_dir,
-                           [RoundSummary(r.index, f"{c.name}/round{r.index}") for r in c.rounds])
+                           [RoundSummary(r.index, f"{c.name}/round{r.index}") for r in c.rounds],
+                           each=getattr(s, "each", False))
 
     # -- the run ------------------------------------------------------------------------------------------------
     def execute(self) -> int:
@@ -135,6 +138,7 @@ class Run:
                     if self._prepare_case(case, cres):
                         for rnd, rres in zip(case.rounds, cres.rounds):
                             self._run_round(case, rnd, rres)
+                    self._check_references(case, cres)
                     self.step(f"case {case.name}: {cres.status.value.upper()}")
         except (KeyboardInterrupt, Interrupted):
             self.summary.interrupted = True
@@ -151,12 +155,20 @@ class Run:
             return code
         if self.summary_problem:
             return EXIT_CASE_FAILED
+        if outliers(self.summary.rankings):     # each cases: a slow host or GPU fails the run, not its case
+            return EXIT_CASE_FAILED
         return EXIT_OK if self.summary.status == Status.PASSED else EXIT_CASE_FAILED
 
     def _finish(self, t0):
         s, plan = self.summary, self.plan
         s.finished = now_iso()
         s.duration_s = time.monotonic() - t0
+        s.rankings = rank_cases(s.cases)
+        units = {r["case"]: r.get("unit") for r in s.rankings}
+        for case_name, entry in outliers(s.rankings):
+            self.step(f"OUTLIER: {describe_outlier(case_name, entry, units.get(case_name))}", logging.ERROR)
+        if outliers(s.rankings):
+            self.log.info(f"outlier rule: {RULE}")
         try:
             s.save(plan.run_dir / "summary.json")
         except OSError as exc:      # a full disk, a read-only or vanished run directory: say so, keep going
@@ -263,9 +275,10 @@ class Run:
             gone = [n.host.address for n in nodes if n.host.address in self.lost_hosts]
             if gone and node_waits is None:
                 raise BackendError(f"host {gone[0]} was lost earlier in this run ({self.lost_hosts[gone[0]]})")
-            for node in [n for n in nodes if n.host.address in self.lost_hosts] if node_waits is not None else []:
-                self._host_failed(node_waits, node, f"host {node.host.address} was lost earlier in this run "
-                                                    f"({self.lost_hosts[node.host.address]})", label)
+            if gone and node_waits is not None:
+                for node in [n for n in nodes if n.host.address in self.lost_hosts]:
+                    self._host_failed(node_waits, node, f"host {node.host.address} was lost earlier in this run "
+                                                        f"({self.lost_hosts[node.host.address]})", label)
             if t.clear_caches:
                 self._clear_caches(live())
             for node in nodes:
@@ -379,8 +392,9 @@ class Run:
                     continue
                 self.step(f"{label}: CASE_TIMEOUT of {timeout:g} s reached; stopping every node", logging.ERROR)
                 self._stop({n: launchers[n] for n in pending}, "launcher", signal.SIGTERM, STOP_GRACE_S)
-                for n in pending if node_waits is not None else ():
-                    node_waits[n] = Wait(WaitEnd.TIMEOUT, f"round exceeded CASE_TIMEOUT ({timeout:g} s)", n)
+                if node_waits is not None:
+                    node_waits.update((n, Wait(WaitEnd.TIMEOUT, f"round exceeded CASE_TIMEOUT ({timeout:g} s)", n))
+                                      for n in pending)
                 return Wait(WaitEnd.TIMEOUT, f"round exceeded CASE_TIMEOUT ({timeout:g} s)")
             if name not in pending:
                 continue            # each: the launcher of a host already counted as lost
@@ -474,9 +488,11 @@ class Run:
         return cut
 
     # -- results ------------------------------------------------------------------------------------------------
-    def _judge(self, nodes, launchers, wait: Wait, res: RoundSummary):
-        """Read back what every node left (each file checked against its schema), then interpret the round."""
+    def _judge(self, nodes, launchers, wait: Wait, res: RoundSummary, node_waits: dict | None = None):
+        """Read back what every node left (each file checked against its schema), then interpret the round (an
+        each case, ``node_waits`` given: every host on its own, see _judge_each)."""
         evidence = []
+        own_records: dict = {}      # each: {label: that host's rank 0 PerfLog records}
         res.nodes = []
         rank0 = perflog.read_records(nodes[0].local_dir / rank_log_name(0)) if nodes else []
         window = measured_window(rank0)
@@ -504,15 +520,50 @@ class Run:
                           f"(pids {pids}; see ranks.json)", logging.WARNING)
             summary = NodeSummary(node.label, node.host.address, node.node_rank, ev.launcher_exit,
                                   [r.to_dict() for r in ev.ranks.ranks] if ev.ranks else [])
+            if node_waits is not None:      # each: the host's own rank 0 and measured window
+                own = perflog.read_records(node.local_dir / rank_log_name(node.ranks[0])) if node.ranks else []
+                own_records[node.label] = own
+                window = measured_window(own)
             try:
                 summary.monitors = summarize_monitors(node.local_dir, window)
             except Exception as exc:  # noqa: BLE001 - a monitor file problem never fails the round
                 self.log.warning(f"{node.label}: cannot summarise monitor files: {exc}")
             self._report_sensors(node)
             res.nodes.append(summary)
+        if node_waits is not None:
+            self._judge_each(evidence, wait, node_waits, res, own_records)
+            return
         verdict = interpret_round(RoundEvidence(wait, evidence, rank0))
         res.status, res.failure = verdict.status, verdict.failure
         res.finished = verdict.finished.to_dict() if verdict.finished else None
+
+    def _judge_each(self, evidence, wait: Wait, node_waits: dict, res: RoundSummary, records: dict):
+        """An each round: every host's job is judged on its own (its own Wait, its own rank 0), then the hosts'
+        verdicts are folded into the round's (interpret.hosts_verdict). A signal stops the whole run, so an
+        interrupted round interrupts every host."""
+        verdicts = []
+        for ev, summary in zip(evidence, res.nodes):
+            own = node_waits.get(ev.label)
+            if wait.end == WaitEnd.INTERRUPTED or own is None:
+                own = wait if wait.end in (WaitEnd.INTERRUPTED, WaitEnd.TIMEOUT, WaitEnd.ERROR) else \
+                    Wait(WaitEnd.COMPLETED)
+            v = interpret_round(RoundEvidence(own, [ev], records.get(ev.label, [])))
+            summary.status, summary.failure = v.status, v.failure
+            summary.finished = v.finished.to_dict() if v.finished else None
+            verdicts.append((ev.label, v))
+            if v.status == Status.PASSED and v.finished:
+                self.log.info(f"{res.dir}: {ev.label}: passed: {v.finished.metric} = {v.finished.value:.4g} "
+                              f"{v.finished.unit}")
+            elif v.status != Status.PASSED:
+                self.log.warning(f"{res.dir}: {ev.label}: {v.status.value}: {(v.failure or {}).get('reason', '')}")
+        verdict = hosts_verdict(verdicts)
+        res.status, res.failure = verdict.status, verdict.failure
+        res.finished = verdict.finished.to_dict() if verdict.finished else None
+
+    def _host_failed(self, node_waits: dict, node, error: str, label: str):
+        """Each case: this host's job could not start; the other hosts' jobs go on."""
+        node_waits[node.label] = Wait(WaitEnd.ERROR, error, node.label)
+        self.step(f"{label}: {error}; the other hosts go on (independent jobs)", logging.ERROR)
 
     def _report_sensors(self, node):
         status, problem = read_status(node.local_dir)
@@ -545,6 +596,27 @@ class Run:
             msg += f" (log {f.get('log')})"
         self.step(msg, logging.ERROR)
         self._lines(f.get("last_lines") or [])
+
+    def _check_references(self, case, cres: CaseSummary):
+        """After a case's rounds: its referenced metrics (median over the passed rounds) against the reference
+        file that fits rank 0's device (flagperf.references); the verdicts go into the case's summary."""
+        files = getattr(self.config, "references", ())
+        if not files or not cres.passed_rounds:
+            return
+        from flagperf.references import describe, judge_case
+        nodes = case.rounds[0].nodes if case.rounds else ()
+        verdicts, ref, device = judge_case(cres, files, dict(nodes[0].case_config) if nodes else {})
+        cres.verdicts = verdicts
+        if ref is None:
+            self.log.info(f"{case.name}: no reference file fits device {device!r}")
+            return
+        if not verdicts:
+            self.log.info(f"{case.name}: {ref.path} (device {device!r}) has no reference for this case")
+            return
+        self.log.info(f"{case.name}: references from {ref.path} (device {device!r})")
+        for v in verdicts:
+            self.step(f"{case.name}: {describe(v)}; source {v.get('source')}",
+                      logging.INFO if v.get("ok", True) else logging.ERROR)
 
     # -- helpers ------------------------------------------------------------------------------------------------
     def _lines(self, lines):

@@ -124,7 +124,7 @@ def merged_case_config(config: Config, case: CaseSpec) -> tuple:
         root / "benchmarks" / case.model / "case_config.yaml",
         vdir / "case_config.yaml",
         vdir / f"config_{case.hw}.yaml",
-        vdir / f"config_{case.hw}x{case.nnodes}x{case.nproc}.yaml",
+        vdir / f"config_{case.hw}x{1 if case.each else case.nnodes}x{case.nproc}.yaml",   # each: 1 node per job
     ]
     merged: dict = {}
     used, problems = [], []
@@ -150,8 +150,10 @@ def merged_case_config(config: Config, case: CaseSpec) -> tuple:
             merged["vendor_peaks"] = data
     if problems:
         raise ConfigError(problems)
-    merged.update(model=case.model, framework=case.framework, hw=case.hw, nnodes=case.nnodes,
+    merged.update(model=case.model, framework=case.framework, hw=case.hw, nnodes=1 if case.each else case.nnodes,
                   nproc=case.nproc, data_dir=case.data_dir)
+    if case.each:
+        merged["each"] = True
     return merged, tuple(used)
 
 
@@ -187,15 +189,38 @@ def build_plan(config: Config, run_id: str | None = None, accelerators: dict | N
     cases = []
     for case, name in zip(resolved, case_names(resolved)):
         case_cfg, files = merged_case_config(config, case)
+        if case.each:       # one job per host: the plan's nnodes is the number of jobs
+            case = dataclasses.replace(case, nnodes=len(each_hosts(config)))
         rounds = []
         for k in range(1, case.repeat + 1):
             round_rel = PurePosixPath(run_id, name, f"round{k}")
             master = config.cluster.hosts[0]
-            nodes = [_node(config, case, name, k, case_cfg, host, node_rank, master, run_id, round_rel, run_dir)
-                     for node_rank, host in enumerate(config.cluster.hosts[:case.nnodes])]
+            if case.each:
+                nodes = [_node(config, dataclasses.replace(case, nnodes=1), name, k, case_cfg, host, 0, host, run_id,
+                               round_rel, run_dir, master_port=each_port(config, i), slot=i)
+                         for i, host in enumerate(each_hosts(config))]
+            else:
+                nodes = [_node(config, case, name, k, case_cfg, host, node_rank, master, run_id, round_rel, run_dir)
+                         for node_rank, host in enumerate(config.cluster.hosts[:case.nnodes])]
             rounds.append(RoundPlan(k, run_dir / name / f"round{k}", tuple(nodes)))
         cases.append(CasePlan(case, name, files, tuple(rounds)))
     return Plan(run_id, run_dir, config, tuple(cases), tuple(notes))
+
+
+def each_hosts(config: Config) -> tuple:
+    """The hosts an ``each`` case runs on: every address of HOSTS once, in order (host i is job i)."""
+    seen, out = set(), []
+    for h in config.cluster.hosts:
+        if h.address not in seen:
+            seen.add(h.address)
+            out.append(h)
+    return tuple(out)
+
+
+def each_port(config: Config, index: int) -> int:
+    """MASTER_PORT of job ``index`` of an ``each`` case: MASTER_PORT + index, so that jobs never share a port, also
+    where several hosts are one machine (the SSH test bed) or listen on every address."""
+    return config.cluster.master_port + index
 
 
 def host_result_root(host, config) -> PurePosixPath:
@@ -214,7 +239,7 @@ def master_address(host) -> str:
 
 
 def _node(config, case, case_name, round_index, case_cfg, host, node_rank, master, run_id, round_rel,
-          run_dir) -> NodePlan:
+          run_dir, *, master_port: int | None = None, slot: int | None = None) -> NodePlan:
     t, vendor = config.test, config.vendor
     in_container = t.runtime == "docker"
     # Ranks and the node launcher use the host's PYTHON, or the image's python3 inside a container.
@@ -233,7 +258,7 @@ def _node(config, case, case_name, round_index, case_cfg, host, node_rank, maste
     ]
     env = {
         "MASTER_ADDR": master_addr,
-        "MASTER_PORT": str(config.cluster.master_port),
+        "MASTER_PORT": str(config.cluster.master_port if master_port is None else master_port),
         "NNODES": str(case.nnodes),
         "NODE_RANK": str(node_rank),
         "WORLD_SIZE": str(case.nnodes * case.nproc),
@@ -244,7 +269,8 @@ def _node(config, case, case_name, round_index, case_cfg, host, node_rank, maste
         "FLAGPERF_TORCH_PLUGIN": getattr(vendor, "torch_plugin", None) or "",
         "FLAGPERF_RUN_ID": run_id,
     }
-    cname = container_name(run_id, case_name, round_index, node_rank) if in_container else None
+    slot = node_rank if slot is None else slot      # each: the job's index, so that names never clash
+    cname = container_name(run_id, case_name, round_index, slot) if in_container else None
     launch = LaunchSpec(
         case=case.key, case_name=case_name, framework=case.framework, round=round_index, node_rank=node_rank,
         nnodes=case.nnodes, nproc=case.nproc, ranks=list(ranks), argv=rank_argv,
@@ -259,7 +285,7 @@ def _node(config, case, case_name, round_index, case_cfg, host, node_rank, maste
     container = None
     if in_container:
         container = _container(config, case, host, launch, launcher_argv, node_dir, run_id, case_name, round_index,
-                               node_rank, cname)
+                               slot, cname)
     return NodePlan(host, node_rank, ranks, node_dir, local_dir, master_addr, launcher_argv, monitor_argv, launch,
                     case_cfg, container)
 

@@ -24,8 +24,10 @@ def plan_lines(plan, backend=None) -> list:
     for case in plan.cases:
         c = case.case
         out.append("")
-        out.append(f"case {case.name}  [{c.key}]  {c.nnodes} node(s) x {c.nproc} rank(s), {c.repeat} round(s), "
-                   f"data: {c.data_dir or '-'}")
+        shape = f"{c.nnodes} node(s) x {c.nproc} rank(s)" if not getattr(c, "each", False) else \
+            f"each: {c.nnodes} independent job(s), one per host, each 1 node x {c.nproc} rank(s) (no cross-host " \
+            f"rendezvous; a host failing does not stop the others)"
+        out.append(f"case {case.name}  [{c.key}]  {shape}, {c.repeat} round(s), data: {c.data_dir or '-'}")
         out.append(f"  case config: {', '.join(str(p) for p in case.config_files) or '-'}")
         for rnd in case.rounds:
             out.append(f"  round {rnd.index}: {rnd.local_dir}")

@@ -33,7 +33,7 @@ for arg in "$@"; do
 done
 
 # Import names; "wheelbuild" is a setuptools that builds wheels (>= 70.1, or >= 64 with wheel).
-RUNTIME_MODULES=(torch click rich yaml psutil pynvml paramiko docker)
+RUNTIME_MODULES=(torch click rich yaml psutil pynvml paramiko docker plotly)
 TEST_MODULES=(pytest ruff mypy wheelbuild)
 pip_spec() {    # the pip requirement that provides an import name (as in pyproject.toml)
   case $1 in
@@ -44,6 +44,7 @@ pip_spec() {    # the pip requirement that provides an import name (as in pyproj
     psutil) echo "psutil>=5.8" ;;
     paramiko) echo "paramiko>=3.0" ;;
     docker) echo "docker>=6.0" ;;
+    plotly) echo "plotly>=5.0" ;;
     pytest) echo "pytest>=7" ;;
     ruff) echo "ruff>=0.4" ;;
     mypy) echo "mypy>=1.8" ;;

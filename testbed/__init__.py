@@ -6,6 +6,8 @@ Nothing here is mocked: each module sets up a real part on this machine.
   with host keys, a client key and a ``known_hosts`` for strict host-key checking.
 * :mod:`testbed.dockerenv` -- a real Docker engine (Debian's docker.io) and two test images built offline on
   this machine (a debootstrap Debian with python, and the same plus CPU torch).
+* :mod:`testbed.browser` -- a real headless browser (Debian's ``chromium``, installed with apt-get when missing)
+  that renders a report file: its DOM after the scripts ran, its console messages, a screenshot.
 * :mod:`testbed.proctable` -- a /proc scanner: which live processes match a command line, to prove that nothing
   was left running.
 * :mod:`testbed.realparts` -- the rule for a missing real part (no sshd, no dockerd, no nvcc): under CI=true the

@@ -55,7 +55,8 @@ class DeviceWindow:
         self._thread = None
         self._nvml = self._handle = None
         if not getattr(ctx, "is_cuda", False):
-            self.why_not = f"device {ctx.device.type}: NVML reads NVIDIA GPUs only"
+            kind = getattr(getattr(ctx, "device", None), "type", "cpu")
+            self.why_not = f"device {kind}: NVML reads NVIDIA GPUs only"
             return
         try:
             import pynvml

@@ -671,11 +671,15 @@ def time_fn(fn, ctx, *, warmup=3, iters=None, repeats=None, before_repeat=None, 
 
 def device_window(ctx):
     """A common.devicestats.DeviceWindow for ctx's device (NVML on CUDA; elsewhere its summary says why not)."""
-    try:
-        from .devicestats import DeviceWindow
-    except ImportError:
-        from common.devicestats import DeviceWindow
-    return DeviceWindow(ctx)
+    mod = sys.modules.get("flagperf_devicestats")
+    if mod is None:     # the file beside this one, however this module itself was imported
+        import importlib.util
+        spec = importlib.util.spec_from_file_location(
+            "flagperf_devicestats", os.path.join(os.path.dirname(os.path.abspath(__file__)), "devicestats.py"))
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        sys.modules["flagperf_devicestats"] = mod
+    return mod.DeviceWindow(ctx)
 
 
 class BudgetReport:
@@ -749,6 +753,15 @@ def check_all_ranks(log, ctx, failures, details):
         details.update(failures=failures, failures_per_rank=[int(x) for x in per_rank],
                        failed_ranks=[i for i, x in enumerate(per_rank) if x > 0])
         log.check_failed(details)
+
+
+def per_rank_list(ctx, value):
+    """Every rank's ``value``, as a list indexed by global rank (all-reduced, SUM); every rank must call it. The
+    kernel benchmarks put it into their FINISHED details as ``per_rank: {"metric": <headline>, "values": [...]}``:
+    in an ``each`` case (one node per job) index i is device i, which the driver ranks (results/slownodes.py)."""
+    values = [0.0] * ctx.world_size
+    values[ctx.rank] = float(value)
+    return ctx.all_reduce(values, "sum")
 
 
 def rank_aggregates(ctx, figures, totals=None):

@@ -281,6 +281,7 @@ def main():
         if avail:
             metrics["mem_available_gib"] = {"value": avail / GIB, "unit": "GiB"}
     metrics.update(harness.rank_aggregates(ctx, per_rank, totals=("copy_bw_gbs",)))
+    details["per_rank"] = {"metric": "copy_bw_gbs", "values": harness.per_rank_list(ctx, head)}
 
     env = harness.env_info(ctx)
     peak, entry = harness.peak_for(cfg, "mem_bw_gbs", env["device_name"])

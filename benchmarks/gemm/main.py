@@ -326,6 +326,7 @@ def main():
     # all ranks agree on the verdict (and so all exit the same way) and on the aggregate throughput
     any_failed = ctx.all_reduce([float(bool(failed_here))], "max")[0] > 0
     totals = ctx.all_reduce([results[d]["tflops"] for d in names], "sum")
+    per_rank = harness.per_rank_list(ctx, results[names[0]]["tflops"])    # the headline of every rank
     details = {}
     for d in names:
         r = results[d]
@@ -379,6 +380,7 @@ def main():
     details["peaks"] = peaks
     ctx.destroy()
     prefix, unit = unit_of(head)
+    details["per_rank"] = {"metric": f"{prefix}_{head}", "values": per_rank}
     LOG.finished(metric=f"{prefix}_{head}", value=results[head]["tflops"], unit=unit, higher_is_better=True,
                  metrics=metrics, checks={"passed": True, "details": details}, env=env)
 

@@ -140,6 +140,7 @@ def main():
         for s in sizes:
             metrics[f"{k}_gbs_{s}mib"] = {"value": results[s][k]["gbs"], "unit": "GB/s"}
     metrics.update(harness.rank_aggregates(ctx, [(f"{k}_gbs", big[k]["gbs"], "GB/s") for k in keys]))
+    details["per_rank"] = {"metric": "h2d_pinned_gbs", "values": harness.per_rank_list(ctx, big["h2d_pinned"]["gbs"])}
     env = harness.env_info(ctx)
     ctx.destroy()
     LOG.finished(metric="h2d_pinned_gbs", value=big["h2d_pinned"]["gbs"], unit="GB/s", higher_is_better=True,

@@ -369,6 +369,7 @@ def main():
     gbs_best, gbs_worst = bytes_per_iter / min(samples) / 1e9, bytes_per_iter / max(samples) / 1e9
     torch_gbs = bytes_per_iter / t_torch["median"] / 1e9
     total_gbs, = ctx.all_reduce([gbs], "sum")
+    per_rank = harness.per_rank_list(ctx, gbs)
     env = harness.env_info(ctx, nvcc=nvcc, nvcc_version=nvcc_ver, nvcc_flags=build["flags"],
                            nvcc_arch=build["arch"], **info)
     details = {
@@ -409,6 +410,7 @@ def main():
         details["peak"] = {"key": "mem_bw_gbs", "entry": entry, "value_gbs": peak}
     else:
         details["peak"] = f"no mem_bw_gbs entry in vendor_peaks matches {env['device_name']!r}"
+    details["per_rank"] = {"metric": "triad_gbs", "values": per_rank}
     ctx.destroy()
     cleanup(ctx, build)
     LOG.finished(metric="triad_gbs", value=gbs, unit="GB/s", higher_is_better=True, metrics=metrics,

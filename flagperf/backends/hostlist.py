@@ -18,7 +18,7 @@ from flagperf.checks import CONTRACT_FILE, HostCheck, failed, interpret_probe, p
 from flagperf.deploy import deploy_host, local_manifest, needs_deploy
 from flagperf.hosts import HostError, open_transport
 from flagperf.hosts.fanout import fan_out
-from flagperf.plan import host_result_root
+from flagperf.plan import each_hosts, each_port, host_result_root
 from flagperf.runtimes import get_runtime
 
 MAX_PARALLEL = 32
@@ -80,6 +80,9 @@ class HostListBackend(Backend):
             argv += ["--torch-plugin", vendor.torch_plugin]
         if host.address == self.config.cluster.hosts[0].address:     # node 0: where rank 0 listens
             argv += ["--port", str(self.config.cluster.master_port)]
+        elif any(getattr(c, "each", False) for c in self.config.test.cases):    # each: every host's rank 0 listens
+            order = [h.address for h in each_hosts(self.config)]
+            argv += ["--port", str(each_port(self.config, order.index(host.address)))]
         try:
             r = self.transports[host.address].run(argv, timeout=PROBE_TIMEOUT_S)
         except HostError as exc:

@@ -40,5 +40,6 @@ def write_reports(summary, run_dir) -> list:
 
 register("terminal", "flagperf.reporters.terminal:TerminalReporter")
 register("markdown", "flagperf.reporters.markdown:MarkdownReporter")
+register("html", "flagperf.reporters.html:HtmlReporter")
 
 __all__ = ["Reporter", "file_reporters", "register", "reporter", "write_reports"]

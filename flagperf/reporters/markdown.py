@@ -22,6 +22,32 @@ def _table(header, rows) -> list:
     return out
 
 
+def _status_text(c) -> str:
+    """The case's status; 'passed (within reference)' when reference verdicts back it."""
+    from flagperf.references import case_note
+    note = case_note(getattr(c, "verdicts", None) or [])
+    return note if str(c.status) == "passed" and note.startswith("passed") else str(c.status)
+
+
+def _reference_lines(c) -> list:
+    """The case's reference verdicts (summary.json's ``verdicts``) as a table; nothing when it has none."""
+    from flagperf.references import case_note, describe, tolerance_text
+    verdicts = getattr(c, "verdicts", None) or []
+    if not verdicts:
+        return []
+    files = sorted({str(v.get("reference")) for v in verdicts if v.get("reference")})
+    head = f"Reference {', '.join(f'`{f}`' for f in files) or '-'}: "
+    if str(c.status) == "below_reference":
+        head += "**below reference**: " + "; ".join(describe(v) for v in verdicts if not v.get("ok", True))
+    else:
+        head += case_note(verdicts)
+    rows = [[v.get("metric"), _num(v.get("measured")), _num(v.get("expected")), tolerance_text(v),
+             v.get("unit") or "", v.get("result", "") + ("" if v.get("ok", True) else " (fails)"),
+             v.get("source") or ""] for v in verdicts]
+    return ["", head, ""] + _table(["metric", "measured (median)", "expected", "tolerance", "unit", "result",
+                                    "source"], rows)
+
+
 class MarkdownReporter(Reporter):
     name = "markdown"
     file_name = "report.md"
@@ -46,13 +72,39 @@ class MarkdownReporter(Reporter):
         rows = []
         for c in s.cases:
             st, e2e = c.stats.get("value") or {}, c.stats.get("e2e_time") or {}
-            rows.append([c.name, c.status, f"{len(c.passed_rounds)}/{len(c.rounds)}", c.metric or "-",
+            rows.append([c.name, _status_text(c), f"{len(c.passed_rounds)}/{len(c.rounds)}", c.metric or "-",
                          _num(st.get("median")), _num(st.get("min")), _num(st.get("max")), c.unit or "",
                          _num(e2e.get("median"))])
         lines += _table(["case", "status", "rounds", "metric", "median", "min", "max", "unit", "e2e s"], rows)
+        lines += self._rankings(getattr(s, "rankings", None) or [])
         for c in s.cases:
             lines += self._case(c)
         return "\n".join(lines) + "\n"
+
+    def _rankings(self, rankings) -> list:
+        """each cases: the outliers first, in bold, then every host (and GPU) ranked, best first."""
+        if not rankings:
+            return []
+        from flagperf.results.slownodes import describe, outliers
+        lines = ["", "## Slow hosts and GPUs (each cases)", ""]
+        flagged = outliers(rankings)
+        units = {r.get("case"): r.get("unit") for r in rankings}
+        if flagged:
+            lines += [f"- **OUTLIER: {describe(case, e, units.get(case))}**" for case, e in flagged]
+            lines += ["", "The run exits 1 while an outlier is flagged; the cases' status is not changed by it."]
+        else:
+            lines.append("No outlier: no host or GPU is slower than the rule allows.")
+        for r in rankings:
+            lines += ["", f"`{r.get('case')}`: {r.get('metric') or '-'} ({r.get('unit') or ''}, "
+                          f"{'higher' if r.get('higher_is_better') is not False else 'lower'} is better), "
+                          f"median of the hosts {_num(r.get('median'))}. Rule: {r.get('rule')}", ""]
+            lines += _table(["rank", "host", "gpu", "value", "score", "outlier"],
+                            [[e.get("rank", "-"), e.get("host"), "-" if e.get("gpu") is None else e["gpu"],
+                              _num(e.get("value")), _num(e.get("score"), 3),
+                              "**yes**" if e.get("outlier") else "no"] for e in r.get("entries") or []])
+            if r.get("failed_hosts"):
+                lines += ["", f"Hosts without a passed round (not ranked): {', '.join(r['failed_hosts'])}"]
+        return lines
 
     def _case(self, c) -> list:
         lines = ["", f"## {c.name}", "",
@@ -71,6 +123,7 @@ class MarkdownReporter(Reporter):
                     where = f" (node {f.get('node')})"
                 lines += ["", f"Round {r.round}{where}, last lines of `{f.get('log', '')}`:", "", "```"]
                 lines += list(f["last_lines"]) + ["```"]
+        lines += _reference_lines(c)
         metrics = [(name, st) for name, st in c.stats.items() if name not in ("value", "e2e_time") and st]
         if metrics:
             units = c.metric_units()

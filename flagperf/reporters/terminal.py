@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from rich.table import Table
+from rich.text import Text
 
 from flagperf.reporters.base import Reporter
 
-STYLES = {"passed": "green", "failed": "red", "skipped": "yellow"}
+STYLES = {"passed": "green", "failed": "red", "skipped": "yellow", "below_reference": "red"}
 
 
 def _num(v) -> str:
@@ -21,6 +22,13 @@ def _note(case) -> str:
         if r.failure:
             return f"round {r.round}: {r.failure.get('reason', r.status)}"
     return ""
+
+
+def _reference_note(case) -> str:
+    """What the case's reference verdicts say, short: the metrics below reference, or 'passed (within
+    reference)'."""
+    from flagperf.references import case_note
+    return case_note(getattr(case, "verdicts", None) or [])
 
 
 class TerminalReporter(Reporter):
@@ -40,8 +48,36 @@ class TerminalReporter(Reporter):
                 case.name, f"[{STYLES.get(status, 'yellow')}]{status}[/]",
                 f"{len(case.passed_rounds)}/{len(case.rounds)}", case.metric or "-", _num(st.get("median")),
                 _num(st.get("mean")), _num(st.get("min")), _num(st.get("max")), case.unit or "",
-                _num(e2e.get("median")), _note(case))
+                _num(e2e.get("median")), _note(case) or _reference_note(case))
         return table
+
+    def rankings(self, summary) -> list:
+        """each cases: one table per ranking (hosts, then GPUs), outliers in red; [] when there is none."""
+        from flagperf.results.slownodes import RULE
+        tables = []
+        for r in getattr(summary, "rankings", None) or []:
+            better = "higher" if r.get("higher_is_better") is not False else "lower"
+            title = f"{r.get('case')}: hosts ranked by {r.get('metric')} ({r.get('unit') or ''}, {better} is better)" \
+                if r.get("metric") else f"{r.get('case')}: no host has a result to rank"
+            table = Table(title=title, caption=f"outlier: {r.get('rule') or RULE}")
+            for col, just in (("rank", "right"), ("host", "left"), ("gpu", "right"), ("value", "right"),
+                              ("score", "right"), ("outlier", "left")):
+                table.add_column(col, justify=just)  # type: ignore[arg-type]
+            for e in r.get("entries") or []:
+                gpu = "-" if e.get("gpu") is None else str(e["gpu"])
+                table.add_row(str(e.get("rank", "-")), Text(str(e.get("host"))), gpu, _num(e.get("value")),
+                              _num(e.get("score")), "[bold red]OUTLIER[/]" if e.get("outlier") else "no")
+            for h in r.get("failed_hosts") or []:
+                table.add_row("-", Text(str(h)), "-", "-", "-", "[red]no result (failed)[/]")
+            tables.append(table)
+        return tables
+
+    def outlier_lines(self, summary) -> list:
+        """'OUTLIER: <case>: host h3: 41.2 TFLOP/s, score 12.3' for every flagged host or GPU."""
+        from flagperf.results.slownodes import describe, outliers
+        rankings = getattr(summary, "rankings", None) or []
+        units = {r.get("case"): r.get("unit") for r in rankings}
+        return [f"OUTLIER: {describe(case, e, units.get(case))}" for case, e in outliers(rankings)]
 
     def failure_lines(self, summary) -> list:
         """Every failed round with its reason and last lines, for ``flagperf report``."""
@@ -53,4 +89,12 @@ class TerminalReporter(Reporter):
                 if r.failure:
                     out.append(f"{case.name} round {r.round}: {r.status}: {r.failure.get('reason', '')}")
                     out += [f"    | {line}" for line in r.failure.get("last_lines") or []]
+            out += _reference_lines(case)
         return out
+
+
+def _reference_lines(case) -> list:
+    """A line for every verdict of the case that is not ok: metric, measured, expected, tolerance, source."""
+    from flagperf.references import describe
+    return [f"{case.name}: {case.status}: {describe(v)}; source {v.get('source')}"
+            for v in getattr(case, "verdicts", None) or [] if not v.get("ok", True)]

@@ -24,6 +24,7 @@ class Status(str, enum.Enum):
     INTERRUPTED = "interrupted"     # SIGINT / SIGTERM while it ran
     ERROR = "error"                 # the backend could not prepare, start or reach a node
     NOT_RUN = "not_run"             # never started (a host failed its check, or the run stopped before it)
+    BELOW_REFERENCE = "below_reference"  # a case whose rounds passed, with a metric outside its reference
 
     def __str__(self) -> str:
         return self.value
@@ -160,10 +161,18 @@ def interpret_round(ev: RoundEvidence) -> Verdict:
     return Verdict(Status.PASSED, None, Finished.from_dict(finished[-1]))
 
 
-def case_status(round_statuses) -> Status:
+def case_status(round_statuses, verdicts=()) -> Status:
     """A case from its rounds: passed when every round that ran passed (skipped rounds allowed), skipped when
     all were skipped, failed when any failed, timed out or errored, interrupted when the run stopped in it,
-    not_run when none started."""
+    not_run when none started. A case that would pass is below_reference when one of its reference
+    ``verdicts`` (flagperf.references) is not ok; run_status counts that as a failure."""
+    status = _rounds_status(round_statuses)
+    if status == Status.PASSED and any(not v.get("ok", True) for v in verdicts or ()):
+        return Status.BELOW_REFERENCE
+    return status
+
+
+def _rounds_status(round_statuses) -> Status:
     states = {Status(s) for s in round_statuses}
     if not states or states == {Status.NOT_RUN}:
         return Status.NOT_RUN
@@ -182,3 +191,35 @@ def run_status(case_statuses, *, interrupted: bool) -> Status:
         return Status.INTERRUPTED
     states = {Status(s) for s in case_statuses}
     return Status.PASSED if states <= {Status.PASSED, Status.SKIPPED} else Status.FAILED
+
+
+# the worst first: the status an each round takes when its hosts disagree
+_HOST_ORDER = (Status.INTERRUPTED, Status.TIMEOUT, Status.FAILED, Status.ERROR, Status.NOT_RUN)
+
+
+def hosts_verdict(verdicts) -> Verdict:
+    """An ``each`` round (one independent job per host) from its hosts' own verdicts, ``[(node label, Verdict)]``
+    in host order: passed when every host passed or was skipped (skipped when all were), otherwise the worst
+    status any host got (interrupted, timeout, failed, error, not_run, in that order) with the first such host's
+    failure, its reason naming the host, and ``nodes``: every node that did not pass. ``finished`` (of a passed
+    round): the first passed host's result; every host's own is in its node's verdict."""
+    verdicts = list(verdicts)
+    statuses = {v.status for _, v in verdicts}
+    finished = next((v.finished for _, v in verdicts if v.status == Status.PASSED and v.finished), None)
+    bad = [(label, v) for label, v in verdicts if v.status not in (Status.PASSED, Status.SKIPPED)]
+    if not verdicts:
+        return Verdict(Status.ERROR, {"reason": "no host ran"})
+    if not bad:
+        if statuses == {Status.SKIPPED}:
+            return Verdict(Status.SKIPPED, dict(verdicts[0][1].failure or {"reason": "skipped"}))
+        return Verdict(Status.PASSED, None, finished)
+    status = next(s for s in _HOST_ORDER if s in statuses)
+    label, first = next((lv for lv in bad if lv[1].status == status))
+    failure = dict(first.failure or {})
+    reason = failure.get("reason") or status.value
+    failure["reason"] = (f"{label}: {reason}" if len(bad) == 1 else
+                         f"{len(bad)} of {len(verdicts)} hosts did not pass ({', '.join(lb for lb, _ in bad)}); "
+                         f"{label}: {reason}")
+    failure.setdefault("node", label)
+    failure["nodes"] = [lb for lb, _ in bad]
+    return Verdict(status, failure)

@@ -41,6 +41,11 @@ _TYPES = {
     "cases.*.rounds.*.failure.last_lines": list, "cases.*.rounds.*.failure.reason": str,
     "cases.*.rounds.*.nodes.*": dict, "cases.*.rounds.*.nodes.*.node": str,
     "cases.*.rounds.*.nodes.*.ranks": list, "cases.*.rounds.*.nodes.*.monitors": _OPT_DICT,
+    "cases.*.rounds.*.nodes.*.status": _OPT_STR, "cases.*.rounds.*.nodes.*.finished": _OPT_DICT,
+    "cases.*.rounds.*.nodes.*.failure": _OPT_DICT, "cases.*.each": bool,
+    "rankings": list, "rankings.*": dict, "rankings.*.entries": list, "rankings.*.entries.*": dict,
+    "cases.*.verdicts": list, "cases.*.verdicts.*": dict, "cases.*.verdicts.*.metric": str,
+    "cases.*.verdicts.*.ok": bool,
 }
 
 
@@ -107,15 +112,23 @@ class NodeSummary:
     launcher_exit: int | None = None
     ranks: list = field(default_factory=list)      # ranks.json's rank records
     monitors: dict = field(default_factory=dict)   # results.monitors.summarize_monitors
+    # each cases only (every host its own job, judged on its own): its status, failure and rank 0's FINISHED
+    status: Status | None = None
+    failure: dict | None = None
+    finished: dict | None = None
 
     def to_dict(self) -> dict:
-        return {"node": self.node, "host": self.host, "node_rank": self.node_rank,
-                "launcher_exit": self.launcher_exit, "ranks": self.ranks, "monitors": self.monitors}
+        d = {"node": self.node, "host": self.host, "node_rank": self.node_rank,
+             "launcher_exit": self.launcher_exit, "ranks": self.ranks, "monitors": self.monitors}
+        if self.status is not None:
+            d.update(status=self.status.value, failure=self.failure, finished=self.finished)
+        return d
 
     @classmethod
     def from_dict(cls, d: dict) -> "NodeSummary":
         return cls(d["node"], d.get("host", ""), d.get("node_rank", 0), d.get("launcher_exit"),
-                   list(d.get("ranks") or []), dict(d.get("monitors") or {}))
+                   list(d.get("ranks") or []), dict(d.get("monitors") or {}),
+                   Status(d["status"]) if d.get("status") else None, d.get("failure"), d.get("finished"))
 
 
 EFFICIENCY_UNITS = {"tokens/s": "tokens/J", "images/s": "images/J", "samples/s": "samples/J"}
@@ -212,10 +225,12 @@ class CaseSummary:
     repeat: int
     data_dir: str | None = None
     rounds: list = field(default_factory=list)
+    each: bool = False          # nnodes "each": one independent job per host (nnodes: the number of hosts)
+    verdicts: list = field(default_factory=list)   # reference verdicts (flagperf.references.verdict), [] if none
 
     @property
     def status(self) -> Status:
-        return case_status(r.status for r in self.rounds)
+        return case_status((r.status for r in self.rounds), self.verdicts)
 
     @property
     def passed_rounds(self) -> list:
@@ -254,13 +269,15 @@ class CaseSummary:
                 "hw": self.hw, "nnodes": self.nnodes, "nproc": self.nproc, "repeat": self.repeat,
                 "data_dir": self.data_dir, "status": self.status.value, "metric": self.metric, "unit": self.unit,
                 "higher_is_better": self.head.get("higher_is_better"), "rounds_passed": len(self.passed_rounds),
-                "rounds": [r.to_dict() for r in self.rounds], "stats": self.stats}
+                "rounds": [r.to_dict() for r in self.rounds], "stats": self.stats,
+                **({"each": True} if self.each else {}), "verdicts": list(self.verdicts)}
 
     @classmethod
     def from_dict(cls, d: dict) -> "CaseSummary":
         return cls(d["name"], d.get("key", ""), d.get("model", ""), d.get("framework", ""), d.get("hw", ""),
                    d.get("nnodes", 0), d.get("nproc", 0), d.get("repeat", 0), d.get("data_dir"),
-                   [RoundSummary.from_dict(r) for r in d.get("rounds") or []])
+                   [RoundSummary.from_dict(r) for r in d.get("rounds") or []], each=bool(d.get("each", False)),
+                   verdicts=list(d.get("verdicts") or []))
 
 
 @dataclass
@@ -278,6 +295,7 @@ class Summary:
     hosts: list = field(default_factory=list)
     host_checks: list = field(default_factory=list)    # hosts that failed their check: {host, outcome, detail, remedy}
     cases: list = field(default_factory=list)
+    rankings: list = field(default_factory=list)       # each cases: hosts and GPUs ranked (results.slownodes)
 
     @property
     def status(self) -> Status:
@@ -289,7 +307,7 @@ class Summary:
                 "duration_s": round(self.duration_s, 3), "status": self.status.value,
                 "interrupted": self.interrupted, "vendor": self.vendor, "runtime": self.runtime,
                 "backend": self.backend, "hosts": list(self.hosts), "host_checks": list(self.host_checks),
-                "cases": [c.to_dict() for c in self.cases]}
+                "cases": [c.to_dict() for c in self.cases], "rankings": list(self.rankings)}
 
     @classmethod
     def from_dict(cls, d) -> "Summary":
@@ -305,7 +323,8 @@ class Summary:
                        d.get("finished"), d.get("duration_s") or 0.0,
                        bool(d.get("interrupted", d.get("status") == "interrupted")), d.get("vendor", ""),
                        d.get("runtime", ""), d.get("backend", ""), list(d.get("hosts") or []),
-                       list(d.get("host_checks") or []), [CaseSummary.from_dict(c) for c in d.get("cases") or []])
+                       list(d.get("host_checks") or []), [CaseSummary.from_dict(c) for c in d.get("cases") or []],
+                       rankings=list(d.get("rankings") or []))
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise SummaryError(f"does not follow {SUMMARY_SCHEMA}: {type(exc).__name__}: {exc}") from None
 

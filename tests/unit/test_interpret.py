@@ -273,7 +273,8 @@ def test_run_status(cases, interrupted, expected):
 
 
 def test_status_str_is_its_value():
-    assert [str(s) for s in Status] == ["passed", "skipped", "failed", "timeout", "interrupted", "error", "not_run"]
+    assert [str(s) for s in Status] == ["passed", "skipped", "failed", "timeout", "interrupted", "error", "not_run",
+                                        "below_reference"]
     assert f"{Status.NOT_RUN}" == "not_run"
 
 

@@ -192,17 +192,18 @@ def test_markdown_failure_of_a_killed_rank():
 
 
 def test_write_reports(tmp_path):
-    assert [r.name for r in file_reporters()] == ["markdown"]
+    assert [r.name for r in file_reporters()] == ["markdown", "html"]
     out = write_reports(sample_summary(), tmp_path)
-    assert out == [("markdown", tmp_path / "report.md")]
+    assert out == [("markdown", tmp_path / "report.md"), ("html", tmp_path / "report.html")]
     assert (tmp_path / "report.md").read_text().startswith("# flagperf run20250101000000: failed")
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["report.md"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["report.html", "report.md"]
 
 
 def test_write_reports_error_is_text(tmp_path):
     out = write_reports(sample_summary(), tmp_path / "missing")
-    ((name, where),) = out
-    assert name == "markdown" and isinstance(where, str) and where.startswith("cannot write report.md: ")
+    assert [name for name, _ in out] == ["markdown", "html"]
+    for (name, where), file_name in zip(out, ("report.md", "report.html")):
+        assert isinstance(where, str) and where.startswith(f"cannot write {file_name}: ")
 
 
 # ------------------------------------------------------------------------------------------------- terminal

@@ -1,0 +1,76 @@
+"""The terminal form of a run comparison (``flagperf compare``): a rich table, then one line per finding."""
+
+from __future__ import annotations
+
+from rich.table import Table
+
+from flagperf.reporters.terminal import _num
+from flagperf.results.compare import (BASIS_P, CHANGED, IMPROVEMENT, INCOMPARABLE, NOISE, REGRESSION, TEST_NONE,
+                                      UNCHANGED, Comparison)
+
+VERDICT_STYLES = {REGRESSION: "bold red", IMPROVEMENT: "green", UNCHANGED: "dim", NOISE: "dim",
+                  CHANGED: "yellow", INCOMPARABLE: "yellow"}
+
+
+def _pct(v, signed=True) -> str:
+    if v is None:
+        return "-"
+    return f"{v:+.1f}%" if signed else f"{v:.1f}%"
+
+
+def _better(m) -> str:
+    return "?" if m.higher_is_better is None else ("higher" if m.higher_is_better else "lower")
+
+
+def _evidence(m) -> str:
+    """The test and its p-value, or (n<3) the spread the change was held against."""
+    spread = f"spread {_pct(m.spread_pct, signed=False)}"
+    if m.test == TEST_NONE:
+        return f"{TEST_NONE}; {spread}"
+    test = f"{m.test.replace('mann-whitney-u', 'MWU')} p={m.p_value:.3g}"
+    return test if m.basis == BASIS_P else f"{test} (n too small); {spread}"
+
+
+def comparison_table(cmp: Comparison) -> Table:
+    """One row per case (its name, and the statuses when not both passed), then one row per metric."""
+    n = len(cmp.regressions)
+    table = Table(title=f"flagperf compare A {cmp.a['run_id']} vs B {cmp.b['run_id']}: "
+                        f"{n} regression{'' if n == 1 else 's'} (threshold {cmp.threshold_pct:g}%, "
+                        f"alpha {cmp.alpha:g})")
+    for col, just in (("case / metric", "left"), ("unit", "left"), ("better", "left"), ("n A/B", "right"),
+                      ("median A", "right"), ("median B", "right"), ("change", "right"), ("test", "left"),
+                      ("verdict", "left")):
+        table.add_column(col, justify=just, no_wrap=col == "case / metric")  # type: ignore[arg-type]
+    for i, case in enumerate(cmp.cases):
+        if i:
+            table.add_section()
+        statuses = "" if case.status_a == case.status_b == "passed" else f"A {case.status_a}, B {case.status_b}"
+        table.add_row(f"[bold]{case.name}[/]", "", "", f"{case.rounds_passed_a}/{case.rounds_passed_b}", "", "",
+                      "", statuses, f"[yellow]{case.note}[/]" if case.note else "")
+        for m in case.metrics:
+            style = VERDICT_STYLES.get(m.verdict, "")
+            table.add_row(f"  {m.metric}" + (" (headline)" if m.headline else ""), m.unit, _better(m),
+                          f"{m.a.n}/{m.b.n}", _num(m.a.median), _num(m.b.median), _pct(m.change_pct),
+                          _evidence(m), f"[{style}]{m.verdict}[/]" if style else m.verdict)
+    return table
+
+
+def comparison_lines(cmp: Comparison) -> list:
+    """Cases on one side only, cases not compared, every regression, and the counts, one line each."""
+    out = []
+    for side, cases in (("A", cmp.only_in_a), ("B", cmp.only_in_b)):
+        if cases:
+            out.append(f"only in {side} ({cmp.a['run_id'] if side == 'A' else cmp.b['run_id']}): "
+                       + ", ".join(f"{c['name']} ({c['key']})" for c in cases))
+    for case in cmp.cases:
+        if case.note:
+            out.append(f"{case.name}: {case.note}")
+        out += [f"{case.name} {m.metric}: {m.verdict}: {m.note}" for m in case.metrics if m.note]
+    for case, m in cmp.regressions:
+        out.append(f"REGRESSION {case.name} {m.metric}: {_num(m.a.median)} -> {_num(m.b.median)} {m.unit} "
+                   f"({_pct(m.change_pct)}, {_evidence(m)})")
+    c = cmp.counts()
+    out.append(f"{c['cases_compared']} case(s) compared, {c['metrics_compared']} metric(s): "
+               f"{c[REGRESSION]} regression(s), {c[IMPROVEMENT]} improvement(s), {c[UNCHANGED]} unchanged, "
+               f"{c[NOISE]} within noise, {c[CHANGED]} changed (direction unknown), {c[INCOMPARABLE]} incomparable")
+    return out

@@ -1,0 +1,165 @@
+"""Slow-node and slow-GPU detection for ``each`` cases (one independent single-node job per host). Pure
+functions, no I/O.
+
+A ranking ranks the hosts of an ``each`` case by the case's headline metric (each host's median over its
+passed rounds), and the GPUs within every host where the benchmark reported a per-rank list of that metric
+(``checks.details.per_rank``; gpu = the local rank, i.e. device i of the visible devices). Outliers are
+flagged by a robust rule (:data:`RULE`): a score from the median and the MAD (median absolute deviation) of
+the population, oriented so that a positive score is worse, plus a floor on the relative shortfall so that
+nearly identical hosts (a tiny MAD) are never flagged. Hosts are scored against the hosts, GPUs against every
+GPU of the case (all hosts pooled). Only the bad direction is flagged: a host faster than the rest is not a
+slow node.
+
+docs/results.md ("rankings") describes the summary.json form.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+
+MAD_TO_SIGMA = 1.4826       # MAD x 1.4826 estimates the standard deviation of normally distributed values
+SCORE_LIMIT = 3.5           # Iglewicz & Hoaglin's cut-off for the robust ("modified") z-score
+SHORTFALL_FLOOR = 0.05      # and at least 5% worse than the median
+SCALE_FLOOR = 0.001         # the scale is at least 0.1% of |median|: identical values never divide by zero
+
+RULE = ("score = (median - value) / (1.4826 * MAD) (value - median when lower is better: a positive score is "
+        "worse), median and MAD over the case's hosts (GPUs: over every GPU of the case), the scale at least 0.1% "
+        "of |median|; outlier when score > 3.5 and the value is worse than the median by more than 5%")
+
+
+def _is_number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def robust_scores(values, higher_is_better: bool = True, *, limit: float = SCORE_LIMIT,
+                  floor: float = SHORTFALL_FLOOR) -> list:
+    """[(score, outlier)] for ``values``, in their order. score: the robust z-score, positive = worse (None when
+    the population has no scale: median and MAD both 0); outlier: score > ``limit`` and the value is worse than
+    the median by more than ``floor`` x |median|. Non-finite values get (None, False) and are left out of the
+    median and the MAD."""
+    good = [float(v) for v in values if _is_number(v)]
+    if not good:
+        return [(None, False) for _ in values]
+    median = statistics.median(good)
+    mad = statistics.median(abs(v - median) for v in good)
+    scale = max(MAD_TO_SIGMA * mad, SCALE_FLOOR * abs(median))
+    out: list = []
+    for v in values:
+        if not _is_number(v):
+            out.append((None, False))
+            continue
+        worse_by = (median - v) if higher_is_better else (v - median)
+        if scale == 0:
+            out.append((0.0 if worse_by == 0 else None, False))
+            continue
+        score = worse_by / scale
+        out.append((score, score > limit and worse_by > floor * abs(median)))
+    return out
+
+
+def _ranks(values, higher_is_better: bool) -> list:
+    """Competition ranks (1, 2, 2, 4), best first; equal values share a rank."""
+    key = [(-v if higher_is_better else v) for v in values]
+    return [1 + sum(1 for other in key if other < mine) for mine in key]
+
+
+def _per_rank(finished: dict, metric) -> list | None:
+    """The per-rank list of the headline metric in a FINISHED payload (``checks.details.per_rank``), or None."""
+    details = ((finished or {}).get("checks") or {}).get("details") or {}
+    pr = details.get("per_rank") if isinstance(details, dict) else None
+    if not isinstance(pr, dict) or pr.get("metric") != metric or not isinstance(pr.get("values"), list):
+        return None
+    values = pr["values"]
+    return values if values and all(_is_number(v) for v in values) else None
+
+
+def _host_results(case) -> tuple:
+    """({host: [(value, per-rank list or None) per passed round]}, [hosts without a passed round], metric, unit,
+    higher_is_better), hosts in the order they first appear."""
+    per_host: dict = {}
+    seen: list = []
+    head = None
+    for r in case.rounds:
+        for n in r.nodes:
+            if n.host not in seen:
+                seen.append(n.host)
+            per_host.setdefault(n.host, [])
+            f = n.finished or {}
+            if str(n.status or "") != "passed" or not _is_number(f.get("value")):
+                continue
+            if head is None:
+                head = f
+            if f.get("metric") != head.get("metric"):
+                continue            # another metric than the case's headline: not comparable
+            per_host[n.host].append((float(f["value"]), _per_rank(f, head.get("metric"))))
+    head = head or {}
+    failed = [h for h in seen if not per_host.get(h)]
+    return per_host, failed, head.get("metric"), head.get("unit"), head.get("higher_is_better")
+
+
+def rank_case(case) -> dict | None:
+    """The ranking of one ``each`` case (a CaseSummary with ``each`` set), or None for any other case.
+
+    {"case", "metric", "unit", "higher_is_better", "rule", "median", "entries", "failed_hosts"}; entries: first
+    every host with a result, best first, then every GPU grouped by host in the hosts' order, best first within
+    the host: {"host", "gpu" (int; null for a host), "value" (median over the passed rounds), "score", "outlier",
+    "rank" (among the hosts; a GPU: among its host's GPUs), "rounds" (passed rounds counted)}."""
+    if not getattr(case, "each", False):
+        return None
+    per_host, failed, metric, unit, hib = _host_results(case)
+    higher = hib is not False       # a result without the flag: higher is better, as for most throughputs
+    hosts = [h for h in per_host if per_host[h]]
+    values = [statistics.median(v for v, _ in per_host[h]) for h in hosts]
+    scores = robust_scores(values, higher)
+    ranks = _ranks(values, higher)
+    host_entries = [{"host": h, "gpu": None, "value": v, "score": s, "outlier": o, "rank": k,
+                     "rounds": len(per_host[h])}
+                    for h, v, (s, o), k in zip(hosts, values, scores, ranks)]
+    host_entries.sort(key=lambda e: e["rank"])      # stable: ties keep the hosts' order
+    # GPUs: the median per (host, local rank) over the rounds that reported a per-rank list of the right length.
+    gpus: list = []
+    for h in hosts:
+        lists = [pr for _, pr in per_host[h] if pr is not None]
+        width = len(lists[0]) if lists else 0
+        lists = [pr for pr in lists if len(pr) == width]
+        for i in range(width):
+            gpus.append((h, i, statistics.median(float(pr[i]) for pr in lists), len(lists)))
+    gpu_entries: list = []
+    if gpus:
+        gscores = robust_scores([g[2] for g in gpus], higher)
+        by_host: dict = {}
+        for (h, i, v, n), (s, o) in zip(gpus, gscores):
+            by_host.setdefault(h, []).append({"host": h, "gpu": i, "value": v, "score": s, "outlier": o,
+                                              "rounds": n})
+        for e in host_entries:
+            group = by_host.get(e["host"], [])
+            for entry, k in zip(group, _ranks([g["value"] for g in group], higher)):
+                entry["rank"] = k
+            group.sort(key=lambda g: g["rank"])
+            gpu_entries += [{key: g[key] for key in ("host", "gpu", "value", "score", "outlier", "rank", "rounds")}
+                            for g in group]
+    return {"case": case.name, "metric": metric, "unit": unit, "higher_is_better": hib, "rule": RULE,
+            "median": statistics.median(values) if values else None,
+            "entries": host_entries + gpu_entries, "failed_hosts": failed}
+
+
+def rank_cases(cases) -> list:
+    """One ranking per ``each`` case, in the cases' order."""
+    return [r for r in (rank_case(c) for c in cases) if r is not None]
+
+
+def outliers(rankings) -> list:
+    """Every flagged entry of ``rankings`` as (case name, entry), in order."""
+    return [(r.get("case"), e) for r in rankings or [] for e in r.get("entries") or [] if e.get("outlier")]
+
+
+def describe(case_name, entry, unit=None) -> str:
+    """'<case>: host h3 gpu 1: 41.2 TFLOP/s, score 12.3' for a report line."""
+    what = f"host {entry.get('host')}" + (f" gpu {entry['gpu']}" if entry.get("gpu") is not None else "")
+    value = entry.get("value")
+    score = entry.get("score")
+    text = f"{case_name}: {what}: {value:.4g}" if _is_number(value) else f"{case_name}: {what}: -"
+    if unit:
+        text += f" {unit}"
+    return text + (f", score {score:.1f}" if _is_number(score) else "")
