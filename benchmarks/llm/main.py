@@ -265,6 +265,8 @@ def baseline_transformers(c, shape, ctx, data, autocast, use_compile, budget_s):
                          rope_theta=shape.rope_theta, rms_norm_eps=shape.norm_eps,
                          tie_word_embeddings=shape.tie_embeddings, attn_implementation="sdpa", use_cache=False)
     torch.manual_seed(c["seed"])
+    if ctx.is_cuda:
+        torch.cuda.reset_peak_memory_stats(ctx.device)
     hf = LlamaForCausalLM(hf_cfg).to(ctx.device)
     hf.train()
     n_params = sum(p.numel() for p in hf.parameters())

@@ -162,10 +162,17 @@ def round_energy(nodes, finished: dict | None) -> dict | None:
         seconds = max(d["window_s"] or 0.0 for d in devices)
         f = finished or {}
         unit = EFFICIENCY_UNITS.get(f.get("unit") or "")
-        if unit and isinstance(f.get("value"), (int, float)) and out["window_j_total"] > 0 and seconds > 0:
-            # the window's work at the reported rate over the window's accelerator energy (an approximation:
-            # the rate is the measured part's, the window includes warm-up)
-            out["efficiency"] = {"value": f["value"] * seconds / out["window_j_total"], "unit": unit}
+        dw = ((f.get("checks") or {}).get("details") or {}).get("device_window") or {}
+        world = (f.get("env") or {}).get("world_size") or 1
+        if unit and isinstance(f.get("value"), (int, float)) and dw.get("energy_j") and dw.get("window_s"):
+            # exact: the measured window's work over its energy, read by the benchmark on rank 0's device
+            # (times the world size: every device runs the same step)
+            out["efficiency"] = {"value": f["value"] * dw["window_s"] / (dw["energy_j"] * world), "unit": unit,
+                                 "basis": "the measured window (FINISHED device_window, rank 0 x world size)"}
+        elif unit and isinstance(f.get("value"), (int, float)) and out["window_j_total"] > 0 and seconds > 0:
+            # approximate: the rate is the measured part's, the RUN_START..RUN_END window includes warm-up
+            out["efficiency"] = {"value": f["value"] * seconds / out["window_j_total"], "unit": unit,
+                                 "basis": "RUN_START..RUN_END from the monitors (includes warm-up)"}
     if host_j:
         out["host_round_j"] = round(host_j, 3)
         out["host_window_j"] = round(host_window_j, 3)

@@ -51,7 +51,10 @@ def test_summary_devices_and_round_totals(tmp_path):
     node = NodeSummary("h_noderank0", "h", 0, 0, [], mon)
     e = round_energy([node], {"value": 1000.0, "unit": "tokens/s"})
     assert e["round_j_total"] == pytest.approx(6000.0) and e["window_j_total"] == pytest.approx(3600.0)
-    assert e["efficiency"] == {"value": pytest.approx(1000.0 * 3.0 / 3600.0), "unit": "tokens/J"}
+    assert e["efficiency"]["value"] == pytest.approx(1000.0 * 3.0 / 3600.0) and e["efficiency"]["unit"] == "tokens/J"
+    exact = round_energy([node], {"value": 1000.0, "unit": "tokens/s", "env": {"world_size": 2}, "checks": {
+        "details": {"device_window": {"energy_j": 600.0, "window_s": 2.0}}}})
+    assert exact["efficiency"]["value"] == pytest.approx(1000.0 * 2.0 / 1200.0)
     assert round_energy([NodeSummary("x", "x", 0)], None) is None
 
 
