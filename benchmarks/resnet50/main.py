@@ -317,6 +317,7 @@ class Trainer:
                 first_step_end = time.time()
         watch = harness.Stopwatch(ctx)
         watch.start()
+        window = harness.device_window(ctx).start()     # clocks, power, energy of the measured steps (and evals)
         warmup_s = time.perf_counter() - t0
         cuda_events = ctx.is_cuda
         seg_start, marks, segments = time.perf_counter(), [], []
@@ -377,6 +378,7 @@ class Trainer:
         if not segments or segments[-1] is not marks:
             timed_s += watch.stop()
             segments.append(marks)
+        window.stop()
         step_times = []
         for seg in segments:
             if cuda_events:
@@ -386,7 +388,7 @@ class Trainer:
         return dict(steps=step, measured_steps=measured, timed_s=timed_s, step_times=step_times,
                     compile_s=first_step_s, warmup_s=warmup_s, first_step_end=first_step_end,
                     final_loss=window_loss, accuracy=accuracy, evals=evals, converged_at=converged_at,
-                    stop_reason=stop_reason)
+                    stop_reason=stop_reason, device_window=window.summary())
 
 
 def batch_stream(train_x, train_y, bs, seed, dev, fmt):
@@ -502,7 +504,8 @@ def main():
     LOG.event("RUN_END", steps=res["steps"], stop_reason=res["stop_reason"])
 
     step_times = res["step_times"]
-    details = {"converged": converged, "converged_at_step": res["converged_at"], "target_accuracy": target,
+    details = {"device_window": res.get("device_window"),
+               "converged": converged, "converged_at_step": res["converged_at"], "target_accuracy": target,
                "eval_accuracy": accuracy, "final_loss": res["final_loss"], "evals": res["evals"],
                "replicas_in_sync": in_sync, "param_checksum_spread": cs_max - cs_min, "steps": res["steps"],
                "measured_steps": res["measured_steps"], "warmup_steps": c["warmup_steps"],
