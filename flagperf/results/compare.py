@@ -25,6 +25,7 @@ import re
 import statistics
 from dataclasses import dataclass, field
 from functools import lru_cache
+from flagperf.results.summary import _finite
 
 COMPARE_SCHEMA = "flagperf.compare/1"
 DEFAULT_THRESHOLD_PCT = 5.0
@@ -276,17 +277,6 @@ class Comparison:
                              "p_value": m.p_value, "test": m.test} for c, m in self.regressions],
             "only_in_a": list(self.only_in_a), "only_in_b": list(self.only_in_b),
             "cases": [c.to_dict() for c in self.cases]})
-
-
-def _finite(x):
-    """JSON-safe copy: non-finite floats become null."""
-    if isinstance(x, float) and not math.isfinite(x):
-        return None
-    if isinstance(x, dict):
-        return {k: _finite(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_finite(v) for v in x]
-    return x
 
 
 def _number(x) -> bool:

@@ -69,14 +69,7 @@ def test_disk_fills_up_mid_run(tmp_path, flagperf_home):
         proc = start_cli(["run", "--config", conf], home=flagperf_home)
         try:
             wait_for(lambda: list((disk / "result").glob("run*/*/round1/*/rank0.out.log")), 60, "the rank to start")
-            with open(disk / "filler", "wb") as f:           # fill every byte that is left
-                chunk = b"\0" * (1 << 20)
-                try:
-                    while True:
-                        f.write(chunk)
-                        f.flush()
-                except OSError:
-                    pass
+            _fill(disk)
             out, err = proc.communicate(timeout=120)
         finally:
             if proc.poll() is None:
