@@ -5,8 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 
-def benchmark_names(root: Path) -> list:
-    return sorted(p.parent.name for p in (Path(root) / "benchmarks").glob("*/main.py"))
+def benchmark_names(root: Path, case_paths=()) -> list:
+    """Benchmarks of the flagperf tree, then those of each CASE_PATHS folder (a folder per benchmark)."""
+    names = {p.parent.name for p in (Path(root) / "benchmarks").glob("*/main.py")}
+    for folder in case_paths:
+        names.update(p.name for p in Path(folder).iterdir() if p.is_dir() and not p.name.startswith("."))
+    return sorted(names)
 
 
 def benchmark_description(root: Path, name: str) -> str:
