@@ -419,3 +419,19 @@ def test_shipped_h200_references_pass_the_runs_they_come_from(name):
             judged += v["result"] == WITHIN
     assert judged > 0
 
+
+
+def test_shipped_h100_references_pass_the_suite_run_they_come_from():
+    files, _ = load_reference_dir(REPO / "vendors" / "nvidia" / "references", BENCHMARKS)
+    s = Summary.from_dict(json.loads((REPO / "docs" / "results" / "h100x1-suite-summary.json").read_text()))
+    within = set()
+    for c in s.cases:
+        verdicts, ref, device = judge_case(c, files, _vendor_case_config(c.model))
+        assert ref is not None and Path(ref.path).name == "h100_sxm.yaml", device
+        for v in verdicts:
+            assert v["ok"], (c.name, describe(v))
+            if v["result"] == WITHIN:
+                within.add(v["metric"])
+    # every kernel figure the one-GPU machine can measure has an H100 reference now
+    assert {"tflops_bf16", "tflops_fp16", "tflops_tf32", "tflops_fp32", "tflops_fp64", "tflops_fp8", "tops_int8",
+            "copy_bw_gbs_4096mib", "h2d_pinned_gbs_1024mib", "d2h_pinned_gbs_1024mib", "triad_gbs"} <= within
