@@ -43,6 +43,9 @@ ENV_PREPARE_LOG = "env_prepare.log"     # pip install / environment_variables.sh
 MONITOR_STATUS_FILE = "monitor_status.json"
 MONITOR_LOG = "monitor.log"
 MONITOR_OUTPUT = "monitor.out.log"      # the monitor's stdout/stderr
+FLAGPERF_FORMAT_DIR = "flagperf_format"  # FlagPerf's monitor files (MONITOR_FORMAT: flagperf), beside the native ones
+SYS_INFO_FILE = "sys_info.log"          # the host's OS, CPU, memory, accelerators and versions (monitor, at start)
+NODE_COMMAND_LOG = "node.out.log"       # stdout+stderr of a node command (launch mode "node")
 HOST_SENSORS = ("cpu", "mem", "pwr")    # every other <name>_monitor.log is the accelerator file of a vendor
 
 PERFLOG_PREFIX = "[PerfLog] "
@@ -51,6 +54,9 @@ CONFIG_ERROR_EXIT = 2                   # a benchmark that cannot use its case c
 LAUNCHER_SIGNALLED_EXIT = 143           # the node launcher was stopped by a signal
 LAUNCHER_BAD_SPEC_EXIT = 2
 LAUNCHER_CANNOT_WRITE_EXIT = 4          # the node launcher could not write its node directory (disk full, read-only)
+# How a node's processes start: "ranks", one process per rank (argv run nproc times, RANK/LOCAL_RANK set);
+# "node", one command per node (argv run once, e.g. torchrun or `bash main.sh`, which starts the ranks itself).
+LAUNCH_MODES = ("ranks", "node")
 
 
 def rank_log_name(rank: int) -> str:
@@ -208,11 +214,12 @@ class LaunchSpec:
     data_dir: Optional[str] = None
     grace_s: float = 10.0           # SIGTERM to SIGKILL when stopping ranks
     container_name: Optional[str] = None
+    mode: str = "ranks"             # LAUNCH_MODES: argv once per rank, or once per node
 
     _TYPES = {"case": str, "case_name": str, "framework": str, "round": int, "node_rank": int, "nnodes": int,
               "nproc": int, "ranks": list, "argv": list, "cwd": str, "env": dict, "out_dir": str,
               "env_defaults": dict, "visible_devices_env": _OPT_STR, "visible_devices": str, "data_dir": _OPT_STR,
-              "grace_s": _NUM, "container_name": _OPT_STR}
+              "grace_s": _NUM, "container_name": _OPT_STR, "mode": str}
     _REQUIRED = ("case", "case_name", "framework", "round", "node_rank", "nnodes", "nproc", "ranks", "argv",
                  "cwd", "env", "out_dir")
 
@@ -230,6 +237,8 @@ class LaunchSpec:
                 problems.append("'argv': expected a non-empty list of strings")
             if not all(_is(r, int) for r in data["ranks"]) or len(data["ranks"]) != data["nproc"]:
                 problems.append("'ranks': expected nproc (%r) integers" % data["nproc"])
+            if data.get("mode", "ranks") not in LAUNCH_MODES:
+                problems.append("'mode': expected one of %s, got %r" % (", ".join(LAUNCH_MODES), data["mode"]))
             for key in ("env", "env_defaults"):
                 if not all(isinstance(k, str) and isinstance(v, str) for k, v in data.get(key, {}).items()):
                     problems.append("%r: expected an object of strings" % key)
@@ -276,9 +285,12 @@ class RankReport:
     # processes the ranks left behind (they carried the launcher's token) and the launcher ended after them:
     # {"pid": int, "cmdline": str (cut), "signal": "SIGTERM" | "SIGKILL", "survived": true (only if it did)}
     reaped: List[Dict[str, Any]] = field(default_factory=list)
+    # "ranks": one record per rank; "node": one record, the node command (its ``rank`` is the node's first
+    # global rank, its ``local_rank`` 0), which started the node's ranks itself
+    mode: str = "ranks"
 
     _TYPES = {"node_rank": int, "ranks": list, "first_failure": _OPT_INT, "stopped": _OPT_STR,
-              "signalled": bool, "reaped": list}
+              "signalled": bool, "reaped": list, "mode": str}
     _REQUIRED = ("node_rank", "ranks")
     _REAPED_TYPES = {"pid": int, "cmdline": str, "signal": _OPT_STR, "survived": bool}
 
@@ -297,11 +309,14 @@ class RankReport:
             problems = _fields(p, cls._REAPED_TYPES, ("pid",), "a reaped process")
             if problems:
                 raise ContractError("reaped[%d]: %s" % (i, "; ".join(problems)))
+        mode = data.get("mode", "ranks")    # absent in files written before it existed
+        if mode not in LAUNCH_MODES:
+            raise ContractError("'mode': expected one of %s, got %r" % (", ".join(LAUNCH_MODES), mode))
         return cls(data["node_rank"], ranks, data.get("first_failure"), data.get("stopped"),
-                   bool(data.get("signalled", False)), [dict(p) for p in reaped])
+                   bool(data.get("signalled", False)), [dict(p) for p in reaped], mode)
 
     def to_dict(self) -> dict:
-        return {"schema": RANKS_SCHEMA, "node_rank": self.node_rank, "stopped": self.stopped,
+        return {"schema": RANKS_SCHEMA, "node_rank": self.node_rank, "mode": self.mode, "stopped": self.stopped,
                 "signalled": self.signalled, "first_failure": self.first_failure,
                 "ranks": [r.to_dict() for r in self.ranks], "reaped": [dict(p) for p in self.reaped]}
 

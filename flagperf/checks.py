@@ -21,7 +21,8 @@ REMEDIES = {
     "changed_host_key": "find out why the key changed; if the host was reinstalled, remove its old entry "
                         "from KNOWN_HOSTS",
     "unreachable": "fix the address in the cluster config",
-    "deploy_failed": "make FLAGPERF_PATH on the host writable with enough space, then run again",
+    "deploy_failed": "make FLAGPERF_PATH on the host a writable directory flagperf created (or a new or empty "
+                     "one) with enough space, then run again",
     "deploy_path_missing": "run `flagperf deploy` (flagperf run deploys by itself)",
     "python_missing": "install Python 3 there or set PYTHON for the host",
     "python_too_old": "point PYTHON at Python >= 3.9",

@@ -16,13 +16,13 @@ DEFAULT_CONFIG = SOURCE_ROOT / "configs" / "test_conf.yaml"
 
 config_option = click.option(
     "--config", "config_path", type=click.Path(dir_okay=False, path_type=Path), default=DEFAULT_CONFIG,
-    show_default=True, help="Test config (YAML): VENDOR, RUNTIME, CASES, ...")
+    show_default=True, help="Test config (YAML, or FlagPerf's test_conf.py or host.yaml): VENDOR, RUNTIME, CASES, ...")
 accept_option = click.option(
     "--accept-new-host-keys", is_flag=True,
     help="Record the keys of SSH hosts missing from KNOWN_HOSTS (a changed key is still refused).")
 cluster_option = click.option(
     "--cluster", "cluster_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
-    help="Cluster config (YAML); overrides CLUSTER of the test config.")
+    help="Cluster config (YAML, or FlagPerf's cluster_conf.py); overrides CLUSTER of the test config.")
 
 
 def _console(stderr=False):
@@ -36,9 +36,14 @@ def _console(stderr=False):
 def _load(config_path, cluster_path):
     from flagperf.config import load_config
     try:
-        return load_config(config_path, cluster_path)
+        cfg = load_config(config_path, cluster_path)
     except ConfigError as exc:
         _exit_config(exc)
+    if cfg.warnings:        # FlagPerf keys accepted and ignored, or given another meaning: one line each
+        err = _console(stderr=True)
+        for warning in cfg.warnings:
+            err.print(f"flagperf: warning: {warning}", style="yellow", markup=False, highlight=False)
+    return cfg
 
 
 def _exit_config(exc: ConfigError, prefix="config error: "):
@@ -198,11 +203,14 @@ def deploy(config_path, cluster_path, accept_new_host_keys):
         if o.ok:
             d = o.value
             what = "is the driver's own tree" if d.same_tree else \
-                f"{d.files_sent} of {d.files_total} file(s) sent, {d.bytes_sent} bytes"
+                f"{d.files_sent} of {d.files_total} file(s) sent, {d.bytes_sent} bytes{getattr(d, 'tree_note', '')}"
             table.add_row(d.host, d.path, f"[green]{what}[/]")
         else:
             table.add_row(o.key.address, o.key.flagperf_path, f"[red]{o.error}[/]")
     _console().print(table)
+    for o in outcomes:      # what a CASE_PATHS folder held that was not sent (symlinks out of it, special files)
+        for note in getattr(o.value, "notes", ()) if o.ok else ():
+            click.echo(f"WARNING: deploy: host {o.value.host}: {note}", err=True)
     sys.exit(EXIT_OK if not failures and all(o.ok for o in outcomes) else EXIT_HOSTS)
 
 
@@ -304,6 +312,26 @@ def report(run_dir, config_path, as_markdown, as_html):
         console.print(line, markup=False)
     for name, where in written:
         console.print(f"report {name}: {where}", markup=False)
+
+
+@main.command()
+@click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("."),
+              show_default=True, help="Folder for test_conf.yaml and cluster.yaml.")
+@click.option("--force", is_flag=True, help="Overwrite test_conf.yaml and cluster.yaml there.")
+def convert(files, out_dir, force):
+    """Write FlagPerf's config files (test_conf.py with cluster_conf.py, or a base host.yaml) as flagperf YAML,
+    with a comment on every key that changed or was dropped (docs/migrating-from-flagperf.md)."""
+    from flagperf.convert import TEST_FILE, convert as convert_files
+    try:
+        written = convert_files(files, out_dir, force=force)
+    except ConfigError as exc:
+        _exit_config(exc)
+    except OSError as exc:
+        _exit_config(ConfigError(f"{out_dir}: --out: cannot write: {exc.strerror or exc}"))
+    for path in written:
+        click.echo(f"wrote {path}")
+    click.echo(f"check it with: flagperf run --config {Path(out_dir) / TEST_FILE} --dry-run")
 
 
 @main.command("list")

@@ -13,15 +13,17 @@ import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from flagperf.backends import backend_names, registration
+from flagperf.backends import backend_names, load_options, registration
 from flagperf.catalog import benchmark_names
 from flagperf.container_opts import merge, translate_container_opt
 from flagperf.errors import ConfigError
 from flagperf.hosts.treesync import COLLECT_MAX_BYTES
 from flagperf.paths import SOURCE_ROOT, default_log_path
+from flagperf.pyconfig import is_python_config, load_config_file
 from flagperf.vendors import ContainerSpec, VendorProfile, check_size, detect_vendor, load_vendor, vendor_names
-from flagperf.yamlio import LineMap, load_yaml_file, one_line, where
+from flagperf.yamlio import LineMap, one_line, where
 
 LOCALHOST = "localhost"
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -30,10 +32,26 @@ TEST_KEYS = (
     "VENDOR", "RUNTIME", "FLAGPERF_PATH", "FLAGPERF_LOG_PATH", "FLAGPERF_LOG_LEVEL", "SHM_SIZE",
     "CLEAR_CACHES", "ACCE_CONTAINER_OPT", "ACCE_VISIBLE_DEVICE_ENV_NAME", "PIP_SOURCE", "CLUSTER", "CASES",
     "MONITOR_INTERVAL", "CASE_TIMEOUT", "DOCKER_BUILD_ARGS", "EXTRA_CA_BUNDLE", "COLLECT_MAX_BYTES",
-    "REFERENCES",
+    "REFERENCES", "MONITOR_FORMAT", "CASE_PATHS", "BENCHMARKS_OR_TOOLKITS", "NPROC_PER_NODE",
 )
 CLUSTER_KEYS = ("SCHEDULER", "HOSTS", "SSH_PORT", "SSH_USER", "SSH_KEY", "KNOWN_HOSTS", "MASTER_PORT", "PYTHON")
 HOST_KEYS = ("HOST", "SSH_PORT", "SSH_USER", "SSH_KEY", "PYTHON", "FLAGPERF_PATH")
+# FlagPerf keys flagperf accepts and ignores, each with a one-line warning (docs/migrating-from-flagperf.md).
+FLAGPERF_IGNORED = {
+    "HOSTS_PORTS": "FlagPerf's TensorFlow worker ports; flagperf starts no TensorFlow workers",
+    "TEST_TYPE": "an older FlagPerf test-config key; not used",
+    "FLAGPERF_PATH_HOST": "an older FlagPerf path; flagperf uses FLAGPERF_PATH (its own tree on the hosts)",
+    "FLAGPERF_PATH_CONTAINER": "an older FlagPerf path; containers mount FLAGPERF_PATH at the same path",
+    "FLAGPERF_LOG_PATH_HOST": "an older FlagPerf path; flagperf uses FLAGPERF_LOG_PATH",
+    "FLAGPERF_LOG_PATH_CONTAINER": "an older FlagPerf path; containers mount the run directory at the same path",
+    "LOG_CALL_INFORMATION": "a FlagPerf inference logging option; not used",
+    "DEVICE": "FlagPerf's operation device id; flagperf gives each rank its devices",
+}
+CLUSTER_IGNORED = ("HOSTS_PORTS",)
+BASE_MODES = ("benchmark", "toolkit")       # BENCHMARKS_OR_TOOLKITS, lower-cased
+BASE_FRAMEWORK = "pytorch"                  # the framework of every case of a FlagPerf base config
+DEFAULT_BASE_CHIP = "A100"                  # a base case key without ":<chip>" (FlagPerf's own default)
+CLOSE_RATIO = 0.8                           # a key is suggested only when at least this close (difflib ratio)
 
 # Upper bounds (docs/configuration.md lists them): a value past one is a typo, not a plan.
 MAX_NNODES = 10_000
@@ -41,6 +59,7 @@ MAX_HOSTS = 10_000
 MAX_NPROC = 1024
 MAX_REPEAT = 1000
 MIN_MONITOR_INTERVAL, MAX_MONITOR_INTERVAL = 0.05, 3600.0
+MONITOR_FORMATS = ("native", "flagperf")    # flagperf: FlagPerf's monitor files too (docs/monitors.md)
 MAX_CASE_TIMEOUT = 30 * 24 * 3600.0         # 30 days
 MAX_PATH_BYTES, MAX_NAME_BYTES = 4095, 255  # Linux PATH_MAX - 1 and NAME_MAX
 
@@ -56,23 +75,29 @@ class CaseSpec:
     repeat: int
     data_dir: str | None = None
     each: bool = False          # nnodes "each": one independent single-node job per host (nnodes: every HOSTS entry)
+    framework_full: str = ""    # the framework field as written (pytorch_2.0); ``framework`` is its part before "_"
+    extra: tuple = ()           # fields after the sixth (FlagPerf ignores them; so does flagperf, with a warning)
+    image_dir: str | None = None    # a FlagPerf base case's image directory (its CASES value)
 
     FIELDS = ("model", "framework", "hw", "nnodes", "nproc", "repeat")
     LIMITS = {"nnodes": MAX_NNODES, "nproc": MAX_NPROC, "repeat": MAX_REPEAT}
 
     @classmethod
     def parse(cls, key: str, data_dir: str | None = None) -> "CaseSpec":
-        """Parse ``model:framework:hw:nnodes:nproc:repeat``; ValueError says what is wrong."""
+        """Parse ``model:framework:hw:nnodes:nproc:repeat[:extra...]``; ValueError says what is wrong."""
         if not isinstance(key, str):
             raise ValueError(f"expected a string 'model:framework:hw:nnodes:nproc:repeat', got {key!r}")
         parts = [p.strip() for p in key.split(":")]
-        if len(parts) != 6:
+        if len(parts) < 6:
             raise ValueError(f"expected 6 fields 'model:framework:hw:nnodes:nproc:repeat', got {len(parts)}")
+        parts, extra = parts[:6], tuple(parts[6:])
         for name, value in zip(cls.FIELDS[:3], parts[:3]):
             if not value:
                 raise ValueError(f"{name} is empty")
             if not re.fullmatch(r"[A-Za-z0-9_.+-]+", value):
                 raise ValueError(f"{name} {value!r} may hold only letters, digits and _ . + -")
+        if not parts[1].partition("_")[0]:
+            raise ValueError(f"framework {parts[1]!r} has nothing before its '_' (expected e.g. pytorch_2.0)")
         numbers: list = []
         for name, value in zip(cls.FIELDS[3:], parts[3:]):
             if name == "nproc" and value.lower() == "auto":
@@ -89,12 +114,14 @@ class CaseSpec:
             numbers.append(int(value))
         model, framework, hw = parts[:3]
         nnodes, nproc, repeat = numbers
-        return cls(key, model, framework, hw, nnodes, nproc, repeat, data_dir=data_dir, each=parts[3].lower() == "each")
+        return cls(key, model, framework.partition("_")[0], hw, nnodes, nproc, repeat, data_dir=data_dir,
+                   each=parts[3].lower() == "each", framework_full=framework, extra=extra)
 
     @property
     def name(self) -> str:
         nodes = "each" if self.each else self.nnodes
-        return f"{self.model}-{self.framework}-{self.hw}-{nodes}x{'auto' if self.nproc is None else self.nproc}"
+        framework = self.framework_full or self.framework
+        return f"{self.model}-{framework}-{self.hw}-{nodes}x{'auto' if self.nproc is None else self.nproc}"
 
 
 @dataclass(frozen=True)
@@ -118,6 +145,7 @@ class ClusterConfig:
     known_hosts: str
     master_port: int
     scheduler: str = "ssh"      # the backend (flagperf.backends registry) that runs the rounds
+    options: Any = None         # the scheduler's own keys (SLURM_*), validated by its registration
 
 
 @dataclass(frozen=True)
@@ -141,6 +169,9 @@ class TestConfig:
     extra_ca_bundle: str | None = None  # a CA bundle added to images (corporate TLS proxies)
     collect_max_bytes: int = COLLECT_MAX_BYTES  # at most this much of a node directory is collected to the driver
     references: str | bool | None = None  # REFERENCES: a reference file; False: none; None: the vendor's folder
+    monitor_format: str = "native"      # MONITOR_FORMAT: native, or flagperf (FlagPerf's monitor files too)
+    case_paths: tuple = ()              # CASE_PATHS: folders of case code besides the tree's benchmarks/
+    base_mode: str | None = None        # a FlagPerf base config: "benchmark" or "toolkit" (BENCHMARKS_OR_TOOLKITS)
 
 
 @dataclass(frozen=True)
@@ -151,6 +182,7 @@ class Config:
     source_root: Path = field(default=SOURCE_ROOT)
     container: ContainerSpec | None = None      # the vendor's container with ACCE_CONTAINER_OPT applied
     references: tuple = ()      # flagperf.references.ReferenceFile: the expected figures, loaded and checked
+    warnings: tuple = ()        # one line each: FlagPerf keys accepted and ignored, keys given a new meaning
 
     def to_dict(self) -> dict:
         """The effective configuration, after defaults, path resolution and VENDOR: auto."""
@@ -168,13 +200,16 @@ class Config:
             "ACCE_VISIBLE_DEVICE_ENV_NAME": t.visible_devices_env,
             "PIP_SOURCE": t.pip_source,
             "MONITOR_INTERVAL": t.monitor_interval,
+            "MONITOR_FORMAT": t.monitor_format,
             "CASE_TIMEOUT": t.case_timeout,
             "DOCKER_BUILD_ARGS": dict(t.docker_build_args),
             "EXTRA_CA_BUNDLE": t.extra_ca_bundle,
             "COLLECT_MAX_BYTES": t.collect_max_bytes,
             "REFERENCES": t.references if t.references is not None else [r.path for r in self.references],
+            "CASE_PATHS": list(t.case_paths),
+            "BENCHMARKS_OR_TOOLKITS": t.base_mode.upper() if t.base_mode else None,
             "CLUSTER": str(c.path) if c.path else None,
-            "CASES": {case.key: case.data_dir for case in t.cases},
+            "CASES": {case.key: case.image_dir if t.base_mode else case.data_dir for case in t.cases},
             "cluster": {
                 "HOSTS": [
                     {"HOST": h.address, "SSH_PORT": h.ssh_port, "SSH_USER": h.ssh_user, "SSH_KEY": h.ssh_key,
@@ -184,6 +219,7 @@ class Config:
                 "KNOWN_HOSTS": c.known_hosts,
                 "MASTER_PORT": c.master_port,
                 "SCHEDULER": c.scheduler,
+                **(c.options.to_dict() if c.options is not None else {}),
             },
         }
 
@@ -191,18 +227,32 @@ class Config:
 class _Checker:
     """Collects problems while reading one file."""
 
-    def __init__(self, path: Path, problems: list):
+    def __init__(self, path: Path, problems: list, warnings: list | None = None):
         self.path = path
         self.problems = problems
+        self.warnings = warnings if warnings is not None else []
 
     def add(self, mapping, key, message, label=None):
         self.problems.append(f"{where(self.path, mapping, key)}: {label or key}: {message}")
 
-    def unknown_keys(self, mapping, known, prefix=""):
+    def warn(self, mapping, key, message, label=None):
+        self.warnings.append(f"{where(self.path, mapping, key)}: {label or key}: {message}")
+
+    def unknown_keys(self, mapping, known, prefix="", *, ignored=(), elsewhere=None):
+        """Report keys not in ``known``. A FlagPerf key in ``ignored`` is a warning; one of ``elsewhere``
+        ((keys, "the test config", "a cluster config")) is said to belong in that other file."""
         for i, key in enumerate(k for k in mapping if k not in known):
-            # A suggestion for the first 100 only: difflib on thousands of keys would take seconds.
-            close = difflib.get_close_matches(str(key)[:100].upper(), known, n=1, cutoff=0.6) if i < 100 else []
-            hint = f"; did you mean {close[0]}?" if close else f"; known keys: {', '.join(known)}"
+            if key in ignored:
+                self.warn(mapping, key, f"accepted and ignored: {FLAGPERF_IGNORED.get(key, 'not used')}",
+                          f"{prefix}{key}")
+                continue
+            if elsewhere is not None and key in elsewhere[0]:
+                self.problems.append(f"{where(self.path, mapping, key)}: {prefix}{key}: unknown key in {elsewhere[2]}; "
+                                     f"{key} belongs in {elsewhere[1]}")
+                continue
+            # A suggestion for the first 100 only: comparing thousands of keys would take seconds.
+            close = close_key(str(key)[:100].upper(), known) if i < 100 else None
+            hint = f"; did you mean {close}?" if close else f"; known keys: {', '.join(known)}"
             self.problems.append(f"{where(self.path, mapping, key)}: {prefix}{key}: unknown key{hint}")
 
     def get(self, mapping, key, types, default, label=None):
@@ -226,6 +276,34 @@ class _Checker:
         except ValueError as exc:
             self.add(mapping, key, str(exc), label)
             return default
+
+
+def close_key(word: str, known) -> str | None:
+    """The known key ``word`` is a typo of, or None: only a really close one (difflib ratio >= 0.8, or at most
+    two edits in a key of six or more characters), so that an unrelated key gets no misleading hint."""
+    best, best_ratio = None, 0.0
+    for key in known:
+        ratio = difflib.SequenceMatcher(None, word, key).ratio()
+        if ratio > best_ratio:
+            best, best_ratio = key, ratio
+    if best is not None and best_ratio >= CLOSE_RATIO:
+        return best
+    near = [k for k in known if len(word) >= 6 and _edits(word, k, 2) <= 2]
+    return near[0] if near else None
+
+
+def _edits(a: str, b: str, limit: int) -> int:
+    """Levenshtein distance of ``a`` and ``b``, or ``limit + 1`` once it is known to be larger."""
+    if abs(len(a) - len(b)) > limit:
+        return limit + 1
+    row = list(range(len(b) + 1))
+    for i, ca in enumerate(a, 1):
+        prev, row[0] = row[0], i
+        for j, cb in enumerate(b, 1):
+            prev, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, prev + (ca != cb))
+        if min(row) > limit:
+            return limit + 1
+    return row[-1]
 
 
 def resolve(config_file: Path, value: str) -> Path:
@@ -291,6 +369,9 @@ def load_config(test_path, cluster_override=None, *, source_root: Path = SOURCE_
         config = _load_config(test_path, cluster_override, problems, source_root, detect)
     except ConfigError as exc:
         raise ConfigError([one_line(p) for p in exc.problems]) from None
+    if config is not None and not problems:     # each case's folder: benchmark.yaml, toolkit vendor/chip folders
+        from flagperf.caselaunch import case_problems
+        problems.extend(case_problems(config))
     if problems:
         raise ConfigError([one_line(p) for p in problems])
     assert config is not None
@@ -309,18 +390,29 @@ def _cli_path(value, what) -> Path:
 
 def _load_config(test_path, cluster_override, problems, source_root, detect) -> Config | None:
     test_path = _cli_path(test_path, "--config")
-    data, problems_yaml = load_yaml_file(test_path)
+    data, problems_yaml = load_config_file(test_path)
     if problems_yaml:
         raise ConfigError(problems_yaml)
     if not isinstance(data, LineMap):
         raise ConfigError(f"{test_path}: expected a mapping of test-config keys (VENDOR, RUNTIME, CASES, ...)")
-    ck = _Checker(test_path, problems)
-    ck.unknown_keys(data, TEST_KEYS)
+    warnings: list[str] = []
+    ck = _Checker(test_path, problems, warnings)
+    # A test config that lists HOSTS holds its cluster keys too (FlagPerf's host.yaml).
+    combined = "HOSTS" in data
+    ck.unknown_keys(data, TEST_KEYS + _cluster_keys(data) if combined else TEST_KEYS, ignored=FLAGPERF_IGNORED,
+                    elsewhere=None if combined else (CLUSTER_KEYS, "the cluster config", "a test config"))
 
     # Cluster first: the cases are checked against its hosts.
     cluster_file = None
     cluster_bad = False
-    if cluster_override is not None:
+    if combined and (cluster_override is not None or "CLUSTER" in data):
+        other = "--cluster" if cluster_override is not None else "CLUSTER"
+        ck.add(data, "HOSTS", f"this test config lists its hosts (as FlagPerf's host.yaml does), so {other} cannot "
+                              f"name another cluster config; keep one of them")
+        cluster_bad = True
+    elif combined:
+        pass
+    elif cluster_override is not None:
         cluster_file = _cli_path(cluster_override, "--cluster")
         origin = f"{cluster_file}: --cluster"
     else:
@@ -335,11 +427,13 @@ def _load_config(test_path, cluster_override, problems, source_root, detect) -> 
                 cluster_bad = True
     if cluster_bad:
         cluster = None
+    elif combined:
+        cluster = _cluster_from(test_path, data, problems, warnings)
     elif cluster_file is not None and not _is("exists", cluster_file):
         problems.append(f"{origin}: file not found; expected a cluster config (YAML with HOSTS)")
         cluster = None
     else:
-        cluster = _load_cluster(cluster_file, problems)
+        cluster = _load_cluster(cluster_file, problems, warnings)
 
     # Vendor.
     vendor_name = ck.get(data, "VENDOR", str, None if "VENDOR" in data and data["VENDOR"] is not None else "auto")
@@ -362,10 +456,22 @@ def _load_config(test_path, cluster_override, problems, source_root, detect) -> 
     runtime = ck.get(data, "RUNTIME", str, "docker")
     reg = registration(cluster.scheduler) if cluster is not None else None
     if reg is not None and runtime not in reg.runtimes:
+        why = dict(reg.refused).get(runtime)
         ck.add(data, "RUNTIME", f"expected one of {', '.join(reg.runtimes)} (the runtimes of SCHEDULER "
-                                f"{reg.name!r}), got {runtime!r}")
+                                f"{reg.name!r}), got {runtime!r}" + (f": {why}" if why else ""))
 
-    flagperf_path = ck.path_value(data, "FLAGPERF_PATH", str(source_root))
+    base_mode = _base_mode(ck, data)
+    case_paths = _case_paths(ck, data)
+    if is_python_config(test_path) or "BENCHMARKS_OR_TOOLKITS" in data or combined:
+        # FlagPerf's FLAGPERF_PATH is the user's FlagPerf checkout: its cases, not flagperf's deploy path.
+        flagperf_path = str(source_root)
+        case_paths += _flagperf_checkout(ck, data, base_mode)
+    else:
+        flagperf_path = ck.path_value(data, "FLAGPERF_PATH", str(source_root))
+    if "BENCHMARKS_OR_TOOLKITS" in data and isinstance(data.get("FLAGPERF_LOG_PATH"), str) and \
+            not data["FLAGPERF_LOG_PATH"].startswith(("/", "~")):
+        ck.warn(data, "FLAGPERF_LOG_PATH", f"{data['FLAGPERF_LOG_PATH']!r} resolves against this file's folder "
+                                           f"({test_path.parent}), not against FlagPerf's FLAGPERF_PATH")
     log_path = Path(ck.path_value(data, "FLAGPERF_LOG_PATH", str(
         default_log_path() if source_root == SOURCE_ROOT else source_root / "result")))
     log_level = ck.get(data, "FLAGPERF_LOG_LEVEL", str, "info").lower()
@@ -390,6 +496,11 @@ def _load_config(test_path, cluster_override, problems, source_root, detect) -> 
         ck.add(data, "MONITOR_INTERVAL", f"expected a number of seconds from {MIN_MONITOR_INTERVAL} to "
                                          f"{MAX_MONITOR_INTERVAL:g}, got {interval!r}")
         interval = 1.0
+    monitor_format = ck.get(data, "MONITOR_FORMAT", str, "native")
+    if monitor_format not in MONITOR_FORMATS:
+        ck.add(data, "MONITOR_FORMAT", f"expected native (flagperf's monitor files) or flagperf (FlagPerf's files "
+                                       f"too), got {monitor_format!r}")
+        monitor_format = "native"
     timeout = ck.get(data, "CASE_TIMEOUT", (int, float), 7200.0)
     if not (0 < timeout <= MAX_CASE_TIMEOUT and math.isfinite(timeout)):
         ck.add(data, "CASE_TIMEOUT", f"expected a number of seconds > 0 and at most {MAX_CASE_TIMEOUT:.0f} "
@@ -409,8 +520,16 @@ def _load_config(test_path, cluster_override, problems, source_root, detect) -> 
         ck.add(data, "COLLECT_MAX_BYTES", f"expected a number of bytes > 0, got {collect_max!r}")
         collect_max = COLLECT_MAX_BYTES
 
-    cases = _load_cases(ck, data, cluster, vendor, source_root)
-    references, reference_files = _load_references(ck, data, vendor, source_root)
+    # a scheduler that picks the nodes has no host list to check the cases against
+    if "BENCHMARKS_OR_TOOLKITS" in data:
+        cases = _load_base_cases(ck, data, cluster, vendor, source_root, case_paths)
+    else:
+        if "NPROC_PER_NODE" in data:
+            ck.warn(data, "NPROC_PER_NODE", "accepted and ignored: it counts only with BENCHMARKS_OR_TOOLKITS "
+                                            "(a FlagPerf base config); each case key gives its nproc")
+        cases = _load_cases(ck, data, cluster if cluster is None or cluster.hosts else None, vendor, source_root,
+                            case_paths)
+    references, reference_files = _load_references(ck, data, vendor, source_root, case_paths)
 
     if problems:
         return None
@@ -423,22 +542,28 @@ def _load_config(test_path, cluster_override, problems, source_root, detect) -> 
         extra_ca_bundle=ca_bundle,
         collect_max_bytes=collect_max,
         references=references,
+        monitor_format=monitor_format,
+        case_paths=tuple(case_paths),
+        base_mode=base_mode,
     )
     assert cluster is not None and vendor is not None      # else a problem was reported above
     hosts = tuple(
         h if h.flagperf_path else HostSpec(h.address, h.ssh_port, h.ssh_user, h.ssh_key, h.python, flagperf_path)
         for h in cluster.hosts
     )
-    cluster = ClusterConfig(cluster.path, hosts, cluster.known_hosts, cluster.master_port, cluster.scheduler)
+    if not hosts and cluster.options is not None:   # a scheduler's nodes: placeholders until it allocates them
+        hosts = cluster.options.placeholder_hosts(cases, flagperf_path)
+    cluster = ClusterConfig(cluster.path, hosts, cluster.known_hosts, cluster.master_port, cluster.scheduler,
+                            cluster.options)
     return Config(test=test, cluster=cluster, vendor=vendor, source_root=source_root, container=container,
-                  references=reference_files)
+                  references=reference_files, warnings=tuple(one_line(w) for w in warnings))
 
 
-def _load_references(ck: _Checker, data, vendor, source_root) -> tuple:
+def _load_references(ck: _Checker, data, vendor, source_root, case_paths=()) -> tuple:
     """(REFERENCES as given: a path, False or None; the reference files loaded). Without REFERENCES every file
     of ``vendors/<vendor>/references/`` is loaded; each problem in a file is a config problem naming it."""
     from flagperf.references import load_reference_dir, load_reference_file
-    known = benchmark_names(source_root)
+    known = benchmark_names(source_root, case_paths)
     value = data.get("REFERENCES")
     if value is False:
         return False, ()
@@ -461,7 +586,7 @@ def _load_references(ck: _Checker, data, vendor, source_root) -> tuple:
     return path, (ref,) if ref is not None else ()
 
 
-def _load_cases(ck: _Checker, data, cluster, vendor, source_root) -> list:
+def _load_cases(ck: _Checker, data, cluster, vendor, source_root, case_paths=()) -> list:
     cases_map = data.get("CASES")
     if "CASES" not in data:
         ck.problems.append(f"{ck.path}: CASES: required key is missing; expected a mapping "
@@ -471,7 +596,7 @@ def _load_cases(ck: _Checker, data, cluster, vendor, source_root) -> list:
         ck.add(data, "CASES", "expected a non-empty mapping 'model:framework:hw:nnodes:nproc:repeat': data_dir")
         return []
     cases = []
-    known = benchmark_names(source_root)
+    known = benchmark_names(source_root, case_paths)
     for key, data_dir in cases_map.items():
         label = f"CASES[{key!r}]"
         try:
@@ -479,6 +604,9 @@ def _load_cases(ck: _Checker, data, cluster, vendor, source_root) -> list:
         except ValueError as exc:
             ck.add(cases_map, key, str(exc), label)
             continue
+        if case.extra:
+            ck.warn(cases_map, key, f"fields after the sixth ({':'.join(case.extra)}) are accepted and ignored, "
+                                    f"as FlagPerf does", label)
         if data_dir is not None and not isinstance(data_dir, str):
             ck.add(cases_map, key, f"expected the data directory as a string (or null), got {data_dir!r}", label)
             continue
@@ -495,14 +623,11 @@ def _load_cases(ck: _Checker, data, cluster, vendor, source_root) -> list:
             ck.add(cases_map, key, f"the data directory may not hold ':' (it is bind-mounted as "
                                    f"host:container), got {resolved!r} from {data_dir!r}", label)
             continue
-        bench = source_root / "benchmarks" / case.model
-        if case.model not in known:
-            close = difflib.get_close_matches(case.model, known, n=1)
-            hint = f"did you mean {close[0]}?" if close else f"known: {', '.join(known)}"
-            ck.add(cases_map, key, f"model {case.model!r} has no benchmark ({bench}/main.py); {hint}", label)
+        _check_model(ck, cases_map, key, label, case.model, known, source_root, case_paths)
         if vendor is not None and case.framework not in vendor.frameworks:
-            ck.add(cases_map, key, f"framework {case.framework!r} is not provided by vendor {vendor.name!r}; "
-                                   f"expected one of: {', '.join(vendor.frameworks)}", label)
+            suffix = f" (from {case.framework_full!r})" if case.framework_full != case.framework else ""
+            ck.add(cases_map, key, f"framework {case.framework!r}{suffix} is not provided by vendor "
+                                   f"{vendor.name!r}; expected one of: {', '.join(vendor.frameworks)}", label)
         nnodes = len(cluster.hosts) if case.each and cluster is not None else case.nnodes
         if case.each and cluster is not None:
             _check_each(ck, cases_map, key, label, cluster)
@@ -520,8 +645,150 @@ def _load_cases(ck: _Checker, data, cluster, vendor, source_root) -> list:
             if not _is("is_dir", resolved):
                 ck.add(cases_map, key, f"data directory {resolved} does not exist on localhost", label)
         cases.append(CaseSpec(key, case.model, case.framework, case.hw, nnodes, case.nproc, case.repeat,
-                              data_dir=resolved, each=case.each))
+                              data_dir=resolved, each=case.each, framework_full=case.framework_full,
+                              extra=case.extra))
     return cases
+
+
+def _check_model(ck: _Checker, mapping, key, label, model: str, known, source_root, case_paths) -> None:
+    if model in known:
+        return
+    bench = source_root / "benchmarks" / model
+    where_ = f"{bench}/main.py" + "".join(f" or {Path(p) / model}/" for p in case_paths[:3]) + \
+        (" or ..." if len(case_paths) > 3 else "")
+    close = difflib.get_close_matches(model, known, n=1)
+    hint = f"did you mean {close[0]}?" if close else f"known: {', '.join(known)}"
+    ck.add(mapping, key, f"model {model!r} has no benchmark ({where_}); {hint}", label)
+
+
+def _base_mode(ck: _Checker, data) -> str | None:
+    """BENCHMARKS_OR_TOOLKITS (FlagPerf's base config): BENCHMARK or TOOLKIT, any case."""
+    if "BENCHMARKS_OR_TOOLKITS" not in data:
+        return None
+    value = data["BENCHMARKS_OR_TOOLKITS"]
+    if isinstance(value, str) and value.strip().lower() in BASE_MODES:
+        return value.strip().lower()
+    ck.add(data, "BENCHMARKS_OR_TOOLKITS", f"expected BENCHMARK (torch benchmarks under torchrun) or TOOLKIT "
+                                           f"(bash main.sh per node), got {value!r}")
+    return None
+
+
+def _case_paths(ck: _Checker, data) -> list:
+    """CASE_PATHS: existing folders, resolved against the config file."""
+    value = data.get("CASE_PATHS")
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        ck.add(data, "CASE_PATHS", f"expected a list of folders, got {type(value).__name__} {value!r}")
+        return []
+    out = []
+    for i, item in enumerate(value):
+        label = f"CASE_PATHS[{i}]"
+        try:
+            path = resolve(ck.path, item)
+        except ValueError as exc:
+            ck.add(data, "CASE_PATHS", str(exc), label)
+            continue
+        if not _is("is_dir", path):
+            ck.add(data, "CASE_PATHS", f"expected a folder of cases, {path} "
+                                       f"{'is not a directory' if _is('exists', path) else 'does not exist'}", label)
+            continue
+        if str(path) not in out:
+            out.append(str(path))
+    return out
+
+
+def _flagperf_checkout(ck: _Checker, data, base_mode) -> list:
+    """FlagPerf's FLAGPERF_PATH (a training/, base/, ... checkout) as a CASE_PATHS folder: its benchmarks/ (or
+    toolkits/ for a TOOLKIT base config). flagperf's own FLAGPERF_PATH then keeps its default."""
+    value = ck.path_value(data, "FLAGPERF_PATH")
+    if value is None:
+        return []
+    kind = flagperf_kind(ck.path, data)
+    sub = "toolkits" if base_mode == "toolkit" else "benchmarks"
+    folder = Path(value) / sub
+    if not _is("is_dir", folder):
+        ck.add(data, "FLAGPERF_PATH", f"a FlagPerf {kind} folder: expected its {sub}/ at {folder} (a directory on "
+                                      f"this machine); point FLAGPERF_PATH at your FlagPerf {kind} checkout, or "
+                                      f"remove it")
+        return []
+    ck.warn(data, "FLAGPERF_PATH", f"a FlagPerf {kind} folder: its {sub}/ ({folder}) is used as a CASE_PATHS "
+                                   f"folder; flagperf deploys its own tree to its default FLAGPERF_PATH")
+    return [str(folder)]
+
+
+def flagperf_kind(path, data) -> str:
+    """Which FlagPerf folder a FlagPerf-format test config's FLAGPERF_PATH names: base/, training/ or (a
+    host.yaml without BENCHMARKS_OR_TOOLKITS: inference/, operation/) that suite's folder."""
+    if "BENCHMARKS_OR_TOOLKITS" in data:
+        return "base/"
+    return "training/" if is_python_config(path) else "inference/ or operation/"
+
+
+def _load_base_cases(ck: _Checker, data, cluster, vendor, source_root, case_paths) -> list:
+    """CASES of a FlagPerf base config: ``"<case>[:<chip>]": "<image dir>"``; every case runs on all HOSTS
+    with NPROC_PER_NODE ranks each, once."""
+    nproc = _nproc_per_node(ck, data)
+    cases_map = data.get("CASES")
+    if "CASES" not in data:
+        ck.problems.append(f"{ck.path}: CASES: required key is missing; expected a mapping "
+                           f"'<case>[:<chip>]': <image dir>")
+        return []
+    if not isinstance(cases_map, dict) or not cases_map:
+        ck.add(data, "CASES", "expected a non-empty mapping '<case>[:<chip>]': <image dir>")
+        return []
+    if cluster is not None and not cluster.hosts:
+        ck.add(data, "BENCHMARKS_OR_TOOLKITS", f"a FlagPerf base config runs each case on every host of HOSTS; "
+                                               f"SCHEDULER {cluster.scheduler!r} lists no hosts")
+        return []
+    nnodes = len(cluster.hosts) if cluster is not None else 1
+    known = benchmark_names(source_root, case_paths)
+    cases = []
+    for key, image_dir in cases_map.items():
+        label = f"CASES[{key!r}]"
+        if not isinstance(key, str):
+            ck.add(cases_map, key, f"expected a string '<case>[:<chip>]', got {key!r}", label)
+            continue
+        parts = [p.strip() for p in key.split(":")]
+        if len(parts) > 2:
+            ck.add(cases_map, key, f"expected '<case>' or '<case>:<chip>' in a FlagPerf base config, got "
+                                   f"{len(parts)} fields", label)
+            continue
+        model, chip = parts[0], parts[1] if len(parts) == 2 else DEFAULT_BASE_CHIP
+        bad = [f"{name} {value!r}" for name, value in (("case", model), ("chip", chip))
+               if not re.fullmatch(r"[A-Za-z0-9_.+-]+", value)]
+        if bad:
+            ck.add(cases_map, key, f"{' and '.join(bad)}: expected letters, digits and _ . + - (not empty)", label)
+            continue
+        if not isinstance(image_dir, str) or not re.fullmatch(r"[A-Za-z0-9_.+-]+", image_dir):
+            ck.add(cases_map, key, f"expected FlagPerf's image directory (a name such as pytorch_2.3), got "
+                                   f"{image_dir!r}", label)
+            continue
+        _check_model(ck, cases_map, key, label, model, known, source_root, case_paths)
+        if vendor is not None and BASE_FRAMEWORK not in vendor.frameworks:
+            ck.add(cases_map, key, f"framework {BASE_FRAMEWORK!r} (every base case) is not provided by vendor "
+                                   f"{vendor.name!r}; expected one of: {', '.join(vendor.frameworks)}", label)
+        if nnodes > 1 and cluster is not None and cluster.hosts[0].is_local and \
+                any(not h.is_local for h in cluster.hosts):
+            ck.add(cases_map, key, "node 0 is 'localhost' but other nodes are SSH hosts, which cannot reach "
+                                   "its MASTER_ADDR 127.0.0.1; list this machine by an address they can reach",
+                   label)
+        cases.append(CaseSpec(key, model, BASE_FRAMEWORK, chip, nnodes, nproc, 1, framework_full=BASE_FRAMEWORK,
+                              image_dir=image_dir))
+    return cases
+
+
+def _nproc_per_node(ck: _Checker, data) -> int | None:
+    """NPROC_PER_NODE: a number (or a string of digits), or auto (the default): every accelerator."""
+    value = data.get("NPROC_PER_NODE", "auto")
+    if isinstance(value, str) and value.strip().lower() == "auto":
+        return None
+    if isinstance(value, str) and re.fullmatch(r"[0-9]{1,6}", value.strip()):
+        value = int(value.strip())
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_NPROC:
+        ck.add(data, "NPROC_PER_NODE", f"expected ranks per host from 1 to {MAX_NPROC}, or auto, got {value!r}")
+        return None
+    return value
 
 
 def _check_each(ck: _Checker, cases_map, key, label, cluster) -> None:
@@ -538,18 +805,32 @@ def default_cluster() -> ClusterConfig:
                          str(Path("~/.ssh/known_hosts").expanduser()), 29501)
 
 
-def _load_cluster(path: Path | None, problems: list) -> ClusterConfig | None:
+def _load_cluster(path: Path | None, problems: list, warnings: list | None = None) -> ClusterConfig | None:
     if path is None:
         return default_cluster()
-    data, yproblems = load_yaml_file(path)
+    data, yproblems = load_config_file(path)
     if yproblems:
         problems.extend(yproblems)
         return None
     if not isinstance(data, LineMap):
         problems.append(f"{path}: expected a mapping of cluster keys (HOSTS, SSH_PORT, ...)")
         return None
-    ck = _Checker(path, problems)
-    ck.unknown_keys(data, CLUSTER_KEYS)
+    ck = _Checker(path, problems, warnings)
+    ck.unknown_keys(data, _cluster_keys(data), ignored=CLUSTER_IGNORED,
+                    elsewhere=(TEST_KEYS + tuple(FLAGPERF_IGNORED), "the test config", "a cluster config"))
+    return _cluster_from(path, data, problems, warnings)
+
+
+def _cluster_keys(data) -> tuple:
+    """The cluster keys, with those of the SCHEDULER named in ``data`` (its own keys are known keys too)."""
+    named = data.get("SCHEDULER", "ssh")
+    own = registration(named) if isinstance(named, str) else None
+    return CLUSTER_KEYS + (own.cluster_keys if own else ())
+
+
+def _cluster_from(path: Path, data: LineMap, problems: list, warnings: list | None) -> ClusterConfig | None:
+    """The cluster keys of ``data`` (a cluster config, or a test config that lists HOSTS), checked."""
+    ck = _Checker(path, problems, warnings)
     scheduler = ck.get(data, "SCHEDULER", str, "ssh")
     if registration(scheduler) is None:
         ck.add(data, "SCHEDULER", f"expected one of {', '.join(backend_names())}, got {scheduler!r}")
@@ -560,6 +841,12 @@ def _load_cluster(path: Path | None, problems: list) -> ClusterConfig | None:
     known_hosts = ck.path_value(data, "KNOWN_HOSTS", str(Path("~/.ssh/known_hosts").expanduser()))
     master_port = _port(ck, data, "MASTER_PORT", 29501)
     python = ck.get(data, "PYTHON", str, None)
+    reg = registration(scheduler)
+    if reg is not None and not reg.host_list:      # the scheduler picks the nodes (its options check the keys)
+        options = load_options(reg, ck, data)
+        if options is not None and getattr(options, "derived_port", False):
+            master_port = getattr(options, "placeholder_port", master_port)
+        return ClusterConfig(path, (), known_hosts, master_port or 29501, scheduler, options)
     hosts_raw = data.get("HOSTS")
     hosts = []
     if "HOSTS" not in data:
@@ -625,7 +912,14 @@ def _checked_remote(value: str) -> str:
 
 
 def _port(ck, mapping, key, default, label=None) -> int | None:
-    value = ck.get(mapping, key, int, default, label)
+    """A port: an integer, or a string of digits as FlagPerf writes them (SSH_PORT = "22")."""
+    value = ck.get(mapping, key, (int, str), default, label)
+    if isinstance(value, str):
+        if not re.fullmatch(r"[0-9]{1,5}", value.strip()):
+            ck.add(mapping, key, f"expected a TCP port 1-65535 (a number, or a string of digits), got {value!r}",
+                   label)
+            return default
+        value = int(value.strip())
     if value is not None and not 1 <= value <= 65535:
         ck.add(mapping, key, f"expected a TCP port 1-65535, got {value}", label)
         return default

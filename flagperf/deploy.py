@@ -1,11 +1,19 @@
-"""Deploy: make each host's FLAGPERF_PATH hold the tree a run needs, sending only the files that differ."""
+"""Deploy: make each host's FLAGPERF_PATH hold the tree a run needs, sending only the files that differ.
+
+Besides flagperf's own folders, every CASE_PATHS folder the run's cases use goes to ``<FLAGPERF_PATH>/cases/
+<model>/`` (flagperf.caselaunch.deploy_folders). Those folders are the user's: a symlink in one is sent only
+when it points at a regular file inside that same folder, never followed out of it.
+"""
 
 from __future__ import annotations
 
+import os
+import stat
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
-from flagperf.hosts.treesync import local_hashes
+from flagperf.hosts.treesync import local_hashes, sha256_file
+from flagperf.ownership import claim_tree, tree_note
 
 # What a host needs: the folders that run there, and the contract module they share with the driver.
 DEPLOY_DIRS = ("benchmarks", "vendors", "launcher", "monitors", "flagperf_contract.py")
@@ -19,6 +27,59 @@ class DeployResult:
     files_sent: int
     bytes_sent: int
     same_tree: bool = False       # the host's FLAGPERF_PATH is the driver's own tree: nothing to do
+    notes: tuple = ()             # what was not sent from a case folder, and why
+    tree: str = ""                # how FLAGPERF_PATH is flagperf's: created, adopted-empty, adopted-older, owned
+
+    @property
+    def tree_note(self) -> str:
+        """What deploy did to FLAGPERF_PATH itself (created it, adopted it), for the terminal; "" otherwise."""
+        return tree_note(self.tree)
+
+
+@dataclass(frozen=True)
+class CaseTree:
+    """A CASE_PATHS folder to send: its files ({relpath: sha256}) and what is left out ({relpath: why})."""
+
+    folder: Path
+    rel: str                      # where it goes, relative to FLAGPERF_PATH (cases/<model>)
+    files: dict
+    skipped: dict
+
+
+def case_tree(folder, dest_rel: str) -> CaseTree:
+    """Hash a case folder without following a symlink out of it: a symlink to a regular file inside the folder is
+    sent as that file; a symlink elsewhere, a symlinked folder and anything not a regular file are left out."""
+    folder = Path(folder)
+    real = folder.resolve()
+    files, skipped = {}, {}
+    for d, dirs, names in os.walk(folder):
+        for name in list(dirs):
+            if os.path.islink(os.path.join(d, name)):
+                skipped[os.path.relpath(os.path.join(d, name), folder)] = "a symlink to a folder, not followed"
+        dirs[:] = sorted(x for x in dirs if x != "__pycache__" and not os.path.islink(os.path.join(d, x)))
+        for name in sorted(names):
+            path = Path(d) / name
+            rel = os.path.relpath(path, folder)
+            try:
+                st = os.lstat(path)
+                if stat.S_ISLNK(st.st_mode):
+                    target = path.resolve()
+                    if real not in target.parents or not target.is_file():
+                        skipped[rel] = f"a symlink to {os.readlink(path)!r}, outside the case folder: not sent"
+                        continue
+                elif not stat.S_ISREG(st.st_mode):
+                    skipped[rel] = "not a regular file: not sent"
+                    continue
+                files[rel] = sha256_file(path)
+            except (OSError, RuntimeError) as exc:
+                skipped[rel] = f"unreadable ({exc}): not sent"
+    return CaseTree(folder, dest_rel, files, skipped)
+
+
+def case_trees(config) -> tuple:
+    """Every CASE_PATHS folder the config's cases use, hashed once for all hosts."""
+    from flagperf.caselaunch import deploy_folders
+    return tuple(case_tree(folder, rel) for folder, rel in deploy_folders(config))
 
 
 def local_manifest(source_root: Path) -> dict:
@@ -29,13 +90,24 @@ def needs_deploy(host, source_root: Path) -> bool:
     return not (host.is_local and Path(host.flagperf_path).resolve() == Path(source_root).resolve())
 
 
-def deploy_host(transport, source_root: Path, manifest: dict | None = None) -> DeployResult:
+def deploy_host(transport, source_root: Path, manifest: dict | None = None, cases: tuple = ()) -> DeployResult:
+    """Send what differs of the tree, and of each CaseTree in ``cases``, to the host's FLAGPERF_PATH."""
     host = transport.host
     dest = host.flagperf_path
     manifest = manifest if manifest is not None else local_manifest(source_root)
-    if not needs_deploy(host, source_root):
+    if not needs_deploy(host, source_root):     # CASE_PATHS cases run from their own folders here
         return DeployResult(host.address, dest, len(manifest), 0, 0, same_tree=True)
+    how = claim_tree(transport, dest)       # refused (TreeNotOwned): nothing is hashed, written or sent there
     remote = transport.file_hashes(dest, DEPLOY_DIRS)
     differ = sorted(rel for rel, digest in manifest.items() if remote.get(rel) != digest)
     sent = transport.put_files(source_root, differ, dest) if differ else 0
-    return DeployResult(host.address, dest, len(manifest), len(differ), sent)
+    total, n_differ, notes = len(manifest), len(differ), []
+    for tree in cases:
+        remote = transport.file_hashes(dest, [tree.rel])
+        prefix = PurePosixPath(tree.rel)
+        differ = sorted(rel for rel, digest in tree.files.items() if remote.get(str(prefix / rel)) != digest)
+        if differ:
+            sent += transport.put_files(tree.folder, differ, str(PurePosixPath(dest) / tree.rel))
+        total, n_differ = total + len(tree.files), n_differ + len(differ)
+        notes += [f"{tree.folder / rel}: {why}" for rel, why in sorted(tree.skipped.items())]
+    return DeployResult(host.address, dest, total, n_differ, sent, notes=tuple(notes), tree=how)

@@ -35,14 +35,14 @@ from flagperf.progress import Progress
 from flagperf.plan import Plan, build_plan
 from flagperf.reporters import write_reports
 from flagperf.results import perflog
+from flagperf.results.flagperf_lines import is_flagperf_finished, node_logs, node_results
 from flagperf.results.interpret import (NodeEvidence, RoundEvidence, Status, Wait, WaitEnd, describe_exit,
                                        hosts_verdict, interpret_round)
 from flagperf.results.monitors import read_status, summarize_monitors
 from flagperf.results.slownodes import RULE, outliers, rank_cases
 from flagperf.results.slownodes import describe as describe_outlier
 from flagperf.results.summary import CaseSummary, NodeSummary, RoundSummary, Summary
-from flagperf_contract import (RANKS_FILE, ContractError, RankReport, now_iso, rank_log_name, read_json_file,
-                               write_json_atomic)
+from flagperf_contract import RANKS_FILE, ContractError, RankReport, now_iso, read_json_file, write_json_atomic
 
 RUN_LOG = "flagperf_run.log"
 STOP_GRACE_S = 15.0        # after SIGTERM to a node launcher (it gives its ranks 10 s), before SIGKILL
@@ -66,14 +66,17 @@ def check_hosts(backend: Backend, hosts, need: dict, *, deploy: bool, say=None) 
                 d = o.value
                 if say and not d.same_tree:
                     say(f"deploy: host {d.host}: {d.files_sent} of {d.files_total} file(s) differed, "
-                        f"{d.bytes_sent} bytes sent to {d.path}")
+                        f"{d.bytes_sent} bytes sent to {d.path}{getattr(d, 'tree_note', '')}")
+                for note in getattr(d, "notes", ()) if say else ():     # left out of a CASE_PATHS folder
+                    say(f"deploy: host {d.host}: {note}")
             else:
                 results[o.key.address] = failed(o.key.address, "deploy_failed",
                                                 f"deploy to {o.key.flagperf_path} failed: {o.error}")
         connected = [h for h in connected if h.address not in results]
     for c in backend.probe(connected, need):
         results[c.host] = c
-    return [results[a] for a in order if a in results]
+    # a scheduler's checks are not per host (its partition, nodes, account): they follow the hosts'
+    return [results[a] for a in order if a in results] + [c for a, c in results.items() if a not in order]
 
 
 def accelerators_of(checks) -> dict:
@@ -203,6 +206,8 @@ class Run:
         write_json_atomic(plan.run_dir / "run.json", run_record(plan, self.backend.name))
         self.step(f"run {plan.run_id}: {len(plan.cases)} case(s), backend {self.backend.name}, runtime {t.runtime}, "
                   f"vendor {self.config.vendor.name} ({t.vendor_reason}); directory {plan.run_dir}")
+        for warning in getattr(self.config, "warnings", ()):     # printed by the CLI too, before the run
+            self.log.warning(f"config: {warning}")
 
     def _check_hosts(self) -> list:
         hosts = self.plan.hosts
@@ -218,9 +223,12 @@ class Run:
         return checks
 
     def _replan(self, accelerators: dict):
-        """Resolve nproc auto with the accelerators the hosts reported, and record the final plan."""
-        if all(c.nproc is not None for c in self.config.test.cases):
+        """Resolve nproc auto with the accelerators the hosts reported, and record the final plan (a scheduler's
+        backend may put the nodes it found in place of the cluster's hosts: Backend.planning)."""
+        config, accelerators = self.backend.planning(self.config, accelerators)
+        if config is self.config and all(c.nproc is not None for c in self.config.test.cases):
             return
+        self.config = config
         self.plan = build_plan(self.config, self.plan.run_id, accelerators)
         for note in self.plan.notes:
             self.step(f"note: {note}", logging.WARNING)
@@ -272,6 +280,12 @@ class Run:
             return [n for n in nodes if node_waits is None or n.label not in node_waits]
 
         try:
+            bound = list(self.backend.start_round(case, rnd))      # a scheduler allocates the nodes here
+            if [n.label for n in bound] != [n.label for n in nodes]:
+                nodes[:] = bound
+                self.step(f"{label}: the scheduler gave {', '.join(n.label for n in nodes)}")
+                self.host_of.update((n.label, n.host.address) for n in nodes)
+                self.progress.round(label, [n.label for n in nodes], t.case_timeout)
             gone = [n.host.address for n in nodes if n.host.address in self.lost_hosts]
             if gone and node_waits is None:
                 raise BackendError(f"host {gone[0]} was lost earlier in this run ({self.lost_hosts[gone[0]]})")
@@ -344,6 +358,10 @@ class Run:
                 for node in nodes:
                     self.progress.node(node.label, "collecting")
                 left = self._collect(nodes, stop=lambda: bool(held.pending))
+                try:
+                    self.backend.end_round(nodes)
+                except Exception as exc:  # noqa: BLE001 - the round is judged on what it left either way
+                    self.step(f"{label}: releasing the round's allocation failed: {exc}", level=logging.ERROR)
                 if left and wait.end != WaitEnd.INTERRUPTED:
                     # a signal arrived while collecting: the round is not judged on half its files
                     wait = Wait(WaitEnd.INTERRUPTED, f"interrupted during collect; the logs of {', '.join(left)} "
@@ -364,6 +382,7 @@ class Run:
             threading.Thread(target=lambda n=name, p=proc: done.put((n, p.wait())), daemon=True).start()
         deadline = time.monotonic() + timeout
         pending, failed_node = set(launchers), None
+        scheduler_end = None
         by_label = {n.label: n for n in nodes}
         next_beat = time.monotonic() + HEARTBEAT_INTERVAL_S
         while pending:
@@ -400,14 +419,19 @@ class Run:
                 continue            # each: the launcher of a host already counted as lost
             pending.discard(name)
             self.log.info(f"{name}: node launcher exited with {code}")
+            # (WaitEnd value, why) when a scheduler ended the node's job itself (its time limit, a lost node)
+            ended = getattr(launchers[name], "scheduler_end", None) if code != 0 else None
+            if ended:
+                self.step(f"{label}: {name}: {ended[1]}", logging.ERROR)
             if node_waits is not None:      # each: independent jobs, nothing else is stopped
                 node_waits[name] = Wait(WaitEnd.COMPLETED) if code == 0 else \
+                    Wait(WaitEnd(ended[0]), ended[1], name) if ended else \
                     Wait(WaitEnd.NODE_FAILED, f"node {name} failed", name)
                 if code != 0:
                     self.step(f"{label}: {name} failed; the other hosts go on (independent jobs)", logging.WARNING)
                 continue
             if code != 0 and failed_node is None:
-                failed_node = name
+                failed_node, scheduler_end = name, ended
                 if pending:
                     self.step(f"{label}: {name} failed; stopping {', '.join(sorted(pending))}", logging.WARNING)
                     for n in pending:
@@ -415,6 +439,8 @@ class Run:
         bad = [n for n, w in (node_waits or {}).items() if w.end != WaitEnd.COMPLETED]
         if bad:
             return Wait(WaitEnd.NODE_FAILED, f"{len(bad)} host(s) failed: {', '.join(bad)}", bad[0])
+        if failed_node and scheduler_end:
+            return Wait(WaitEnd(scheduler_end[0]), scheduler_end[1], failed_node)
         if failed_node:
             return Wait(WaitEnd.NODE_FAILED, f"node {failed_node} failed", failed_node)
         return Wait(WaitEnd.COMPLETED)
@@ -494,20 +520,21 @@ class Run:
         evidence = []
         own_records: dict = {}      # each: {label: that host's rank 0 PerfLog records}
         res.nodes = []
-        rank0 = perflog.read_records(nodes[0].local_dir / rank_log_name(0)) if nodes else []
+        rank0 = perflog.read_records(node_logs(nodes[0]).get(0, "")) if nodes else []
         window = measured_window(rank0)
         for node in nodes:
             proc = launchers.get(node.label)
-            ev = NodeEvidence(node.label, node.host.address, node.node_rank, tuple(node.ranks),
-                              launcher_exit=proc.wait(0) if proc else None)
+            logs = node_logs(node)      # rank<R>.out.log, or node.out.log of a node command (launch mode node)
+            ev = NodeEvidence(node.label, node.host.address, node.node_rank, tuple(logs),
+                              launcher_exit=proc.wait(0) if proc else None, mode=node.launch.mode,
+                              benchmark=str(node.case_config.get("model", "")))
             try:
                 ev.ranks = read_json_file(node.local_dir / RANKS_FILE, RankReport)
             except ContractError as exc:
                 ev.ranks_problem = f"host {node.host.address}: {exc}"
                 if wait.end == WaitEnd.COMPLETED or proc is not None:
                     self.log.warning(f"{node.label}: {ev.ranks_problem}")
-            for rank in node.ranks:
-                path = node.local_dir / rank_log_name(rank)
+            for rank, path in logs.items():
                 ev.rank_logs[rank] = str(path)
                 ev.rank_tails[rank] = perflog.tail(path, TAIL_LINES)
             out = node.local_dir / self.backend.node_output
@@ -521,9 +548,12 @@ class Run:
             summary = NodeSummary(node.label, node.host.address, node.node_rank, ev.launcher_exit,
                                   [r.to_dict() for r in ev.ranks.ranks] if ev.ranks else [])
             if node_waits is not None:      # each: the host's own rank 0 and measured window
-                own = perflog.read_records(node.local_dir / rank_log_name(node.ranks[0])) if node.ranks else []
+                own = perflog.read_records(logs[node.ranks[0]]) if node.ranks else []
                 own_records[node.label] = own
                 window = measured_window(own)
+            if not any(r.get("event") == "FINISHED" and not is_flagperf_finished(r)
+                       for r in (own_records.get(node.label, rank0))):     # FlagPerf's formats instead?
+                ev.flagperf_results = node_results(node)
             try:
                 summary.monitors = summarize_monitors(node.local_dir, window)
             except Exception as exc:  # noqa: BLE001 - a monitor file problem never fails the round

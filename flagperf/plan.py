@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+from flagperf.caselaunch import case_source, in_place_mounts, node_command
 from flagperf.config import CaseSpec, Config, HostSpec
 from flagperf.containers import (LABEL_CASE, LABEL_NODE, LABEL_ROUND, LABEL_RUN, PREPARE_AND_LAUNCH, ContainerRun,
                                  container_name, container_run)
@@ -121,7 +122,7 @@ def merged_case_config(config: Config, case: CaseSpec) -> tuple:
     root = config.source_root
     vdir = root / "vendors" / config.vendor.name / case.model
     candidates = [
-        root / "benchmarks" / case.model / "case_config.yaml",
+        case_source(config, case).root / "case_config.yaml",    # benchmarks/<model>/ or a CASE_PATHS folder
         vdir / "case_config.yaml",
         vdir / f"config_{case.hw}.yaml",
         vdir / f"config_{case.hw}x{1 if case.each else case.nnodes}x{case.nproc}.yaml",   # each: 1 node per job
@@ -225,8 +226,9 @@ def each_port(config: Config, index: int) -> int:
 
 def host_result_root(host, config) -> PurePosixPath:
     """Where a host writes its node directories: FLAGPERF_LOG_PATH on localhost (straight into the driver's
-    tree), ``<FLAGPERF_PATH of the host>/result`` on any other host (collected to the driver after each round)."""
-    if host.is_local:
+    tree), ``<FLAGPERF_PATH of the host>/result`` on any other host (collected to the driver after each round).
+    A scheduler whose nodes share the driver's result path (SLURM_SHARED_FS) writes straight there too."""
+    if host.is_local or getattr(config.cluster.options, "results_shared", False):
         return PurePosixPath(config.test.log_path)
     return PurePosixPath(host.flagperf_path) / "result"
 
@@ -250,12 +252,6 @@ def _node(config, case, case_name, round_index, case_cfg, host, node_rank, maste
     local_dir = run_dir.parent / round_rel / label
     ranks = tuple(range(node_rank * case.nproc, (node_rank + 1) * case.nproc))
     master_addr = master_address(master)
-    rank_argv = [
-        python, "-u", str(fp / "benchmarks" / case.model / "main.py"),
-        "--case-config", f"{node_dir}/{CASE_CONFIG_FILE}",
-        "--data-dir", case.data_dir or "",
-        "--result-dir", node_dir,
-    ]
     env = {
         "MASTER_ADDR": master_addr,
         "MASTER_PORT": str(config.cluster.master_port if master_port is None else master_port),
@@ -268,20 +264,26 @@ def _node(config, case, case_name, round_index, case_cfg, host, node_rank, maste
         "FLAGPERF_DIST_BACKEND": vendor.dist_backend,
         "FLAGPERF_TORCH_PLUGIN": getattr(vendor, "torch_plugin", None) or "",
         "FLAGPERF_RUN_ID": run_id,
+        "FLAGPERF_FRAMEWORK": case.framework_full or case.framework,     # as written: pytorch_2.0
     }
+    # what starts: every rank's argv, or one command per node (benchmark.yaml, main.sh, toolkits, torchrun)
+    cmd = node_command(config, case, host, python=python, node_rank=node_rank, node_dir=node_dir,
+                       master_addr=master_addr, master_port=int(env["MASTER_PORT"]), base_env=env)
     slot = node_rank if slot is None else slot      # each: the job's index, so that names never clash
     cname = container_name(run_id, case_name, round_index, slot) if in_container else None
     launch = LaunchSpec(
         case=case.key, case_name=case_name, framework=case.framework, round=round_index, node_rank=node_rank,
-        nnodes=case.nnodes, nproc=case.nproc, ranks=list(ranks), argv=rank_argv,
-        cwd=str(fp / "benchmarks" / case.model), env=env, out_dir=node_dir,
+        nnodes=case.nnodes, nproc=case.nproc, ranks=list(ranks), argv=cmd.argv, mode=cmd.mode,
+        cwd=cmd.cwd, env=cmd.env, out_dir=node_dir,
         env_defaults=dict(vendor.rank_env), visible_devices_env=t.visible_devices_env,
         visible_devices=",".join(str(i) for i in range(case.nproc)), data_dir=case.data_dir, grace_s=10.0,
         container_name=cname)
     launcher_argv = (python, str(fp / "launcher" / "node_launcher.py"), "--spec", f"{node_dir}/{LAUNCH_FILE}")
-    monitor_argv = (host.python, str(fp / "monitors" / "monitor.py"), "--out-dir", node_dir,
-                    "--interval", f"{t.monitor_interval:g}", "--gpu", vendor.gpu_monitor,
-                    "--vendor", vendor.name, "--run-id", run_id)
+    monitor_argv: tuple = (host.python, str(fp / "monitors" / "monitor.py"), "--out-dir", node_dir,
+                           "--interval", f"{t.monitor_interval:g}", "--gpu", vendor.gpu_monitor,
+                           "--vendor", vendor.name, "--run-id", run_id)
+    if t.monitor_format != "native":        # FlagPerf's monitor files too (docs/monitors.md)
+        monitor_argv += ("--format", t.monitor_format)
     container = None
     if in_container:
         container = _container(config, case, host, launch, launcher_argv, node_dir, run_id, case_name, round_index,
@@ -298,7 +300,8 @@ def _container(config, case, host, launch, launcher_argv, node_dir, run_id, case
     except ImageError as exc:
         raise ConfigError(str(exc)) from None
     run_dir_on_host = str(PurePosixPath(node_dir).parents[2])
-    extra = [(p, p, "rw") for p in (host.flagperf_path, run_dir_on_host, case.data_dir or "") if p]
+    extra = [(p, p, "rw") for p in (host.flagperf_path, run_dir_on_host, case.data_dir or "",
+                                    *in_place_mounts(config, case, host)) if p]
     return container_run(
         config.container, name=name, image=image.tag, image_folder=str(image.folder),
         command=("sh", "-c", PREPARE_AND_LAUNCH, "flagperf-prepare", launch.cwd, node_dir, *launcher_argv),

@@ -42,8 +42,12 @@ def plan_lines(plan, backend=None) -> list:
                 out.append(f"      monitor:  {shlex.join(node.monitor_argv)}")
                 out.append(f"      launcher: {shlex.join(node.launcher_argv)}")
                 env = " ".join(f"{k}={shlex.quote(val)}" for k, val in spec.env.items())
-                out.append(f"      rank:     (cd {shlex.quote(spec.cwd)} && {env} RANK=<r> LOCAL_RANK=<l> "
-                           f"{shlex.join(spec.argv)})")
+                if getattr(spec, "mode", "ranks") == "node":    # one command per node, which starts the ranks
+                    out.append(f"      node command (once per node, log node.out.log): (cd {shlex.quote(spec.cwd)} "
+                               f"&& {env} {shlex.join(spec.argv)})")
+                else:
+                    out.append(f"      rank:     (cd {shlex.quote(spec.cwd)} && {env} RANK=<r> LOCAL_RANK=<l> "
+                               f"{shlex.join(spec.argv)})")
                 if backend is not None:
                     out += [f"      {line}" for line in backend.describe(node)]
     return out

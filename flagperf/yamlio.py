@@ -193,8 +193,9 @@ def load_yaml_file(path: Path):
         return None, [f"{path}: YAML syntax error: nesting too deep"]
 
 
-def _read_text(path: Path) -> tuple:
-    """(text, None) or (None, what is wrong): a regular file of at most MAX_FILE_BYTES, in UTF-8."""
+def _read_text(path: Path, kind: str = "YAML") -> tuple:
+    """(text, None) or (None, what is wrong): a regular file of at most MAX_FILE_BYTES, in UTF-8. ``kind`` names
+    the file's language in the messages."""
     try:
         st = os.stat(path)
     except FileNotFoundError:
@@ -202,9 +203,9 @@ def _read_text(path: Path) -> tuple:
     except (OSError, ValueError) as exc:
         return None, f"cannot read: {_os_reason(exc)}"
     if stat.S_ISDIR(st.st_mode):
-        return None, "expected a YAML file, found a directory"
+        return None, f"expected a {kind} file, found a directory"
     if not stat.S_ISREG(st.st_mode):
-        return None, "expected a regular YAML file (not a device, pipe or socket)"
+        return None, f"expected a regular {kind} file (not a device, pipe or socket)"
     if st.st_size > MAX_FILE_BYTES:
         return None, f"the file has {st.st_size} bytes; a config file may have at most {MAX_FILE_BYTES}"
     try:

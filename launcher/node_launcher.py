@@ -13,6 +13,11 @@ stopped), the launcher scans ``/proc`` for processes whose environment still hol
 (SIGTERM, SIGKILL 2 s later, a few scans to catch processes forked meanwhile): nothing a rank started outlives
 its round. What had to be ended is listed under ``reaped`` in ``ranks.json`` and in ``launcher.log``.
 
+In launch mode "node" (``mode`` in the spec) it starts one process instead, the node command (``torchrun ...``,
+``bash main.sh``), which starts the node's ranks itself; its output goes to ``node.out.log`` and ``ranks.json``
+holds one record for it. Its process group and the token reach whatever it starts, so stopping and reaping
+work the same.
+
 Writes ``launcher.log`` (its own log) and ``ranks.json`` (schema ``flagperf.ranks/1``: every rank's pid and
 exit code, and the processes reaped). Exit status: 0 when every rank exited 0, 1 when a rank failed, 143 when
 stopped by a signal, 2 for a bad spec, 4 when it cannot write its node directory (a full disk, no inodes, a
@@ -32,8 +37,9 @@ import time
 # FLAGPERF_PATH (the folder holding launcher/) holds the contract module shared with the driver.
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from flagperf_contract import (LAUNCH_FILE, LAUNCHER_BAD_SPEC_EXIT, LAUNCHER_CANNOT_WRITE_EXIT,  # noqa: E402
-                               LAUNCHER_LOG, LAUNCHER_SIGNALLED_EXIT, RANKS_FILE, ContractError, LaunchSpec, RankRecord,
-                               RankReport, now_iso, rank_log_name, read_json_file, write_json_atomic)
+                               LAUNCHER_LOG, LAUNCHER_SIGNALLED_EXIT, NODE_COMMAND_LOG, RANKS_FILE, ContractError,
+                               LaunchSpec, RankRecord, RankReport, now_iso, rank_log_name, read_json_file,
+                               write_json_atomic)
 
 
 NODE_TOKEN_ENV = "FLAGPERF_NODE_TOKEN"     # set for every rank; its value is unique to one node launcher
@@ -170,6 +176,7 @@ class Launcher:
         self.token = "/".join(str(x) for x in (spec.env.get("FLAGPERF_RUN_ID", "-"), spec.case, spec.round,
                                                 spec.node_rank, os.getpid(), secrets.token_hex(8)))
         self.reaped = []        # processes left behind by the ranks, ended by reap()
+        self.node_mode = getattr(spec, "mode", "ranks") == "node"
 
     def log(self, msg):
         try:
@@ -183,7 +190,12 @@ class Launcher:
         for key, value in s.env_defaults.items():
             env.setdefault(key, value)
         env.update(s.env)
-        env.update(RANK=str(rank), LOCAL_RANK=str(local_rank), PYTHONUNBUFFERED="1")
+        env["PYTHONUNBUFFERED"] = "1"
+        if self.node_mode:      # the node command starts the ranks and gives each its RANK and LOCAL_RANK
+            env.pop("RANK", None)
+            env.pop("LOCAL_RANK", None)
+        else:
+            env.update(RANK=str(rank), LOCAL_RANK=str(local_rank))
         env[NODE_TOKEN_ENV] = self.token
         env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // s.nproc)))
         if s.visible_devices_env:
@@ -196,15 +208,20 @@ class Launcher:
         self.log(f"cwd={s.cwd} argv={json.dumps(s.argv)}")
         self.log("env " + " ".join(f"{k}={v}" for k, v in sorted(s.env.items())))
         self.log(f"every rank and its descendants carry {NODE_TOKEN_ENV}={self.token}")
-        for local_rank, rank in enumerate(s.ranks):
-            path = os.path.join(self.out_dir, rank_log_name(rank))
+        # node mode: one process, the node command, recorded under the node's first global rank
+        starts = [(0, s.ranks[0])] if self.node_mode else list(enumerate(s.ranks))
+        for local_rank, rank in starts:
+            path = os.path.join(self.out_dir, NODE_COMMAND_LOG if self.node_mode else rank_log_name(rank))
             with open(path, "ab") as out:
                 proc = subprocess.Popen(s.argv, cwd=s.cwd, env=self.rank_env(local_rank, rank),
                                         stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                                         start_new_session=True)
             self.procs[proc.pid] = {"rank": rank, "local_rank": local_rank, "pid": proc.pid, "proc": proc,
                                     "started": now_iso(), "t0": time.monotonic(), "exit_code": None}
-            self.log(f"rank {rank} (local {local_rank}) started pid={proc.pid} log={path}")
+            if self.node_mode:
+                self.log(f"node command (for ranks {s.ranks[0]}-{s.ranks[-1]}) started pid={proc.pid} log={path}")
+            else:
+                self.log(f"rank {rank} (local {local_rank}) started pid={proc.pid} log={path}")
 
     def stop_all(self, reason, sig=signal.SIGTERM):
         with self.lock:
@@ -244,10 +261,11 @@ class Launcher:
             rec["stopped_by_launcher"] = self.stopping is not None
             remaining -= 1
             how = f"exit code {code}" if code >= 0 else f"signal {signal.Signals(-code).name}"
-            self.log(f"rank {rec['rank']} pid={pid} ended: {how} after {rec['duration_s']} s")
+            what = "the node command" if self.node_mode else f"rank {rec['rank']}"
+            self.log(f"{what} pid={pid} ended: {how} after {rec['duration_s']} s")
             if code != 0 and self.stopping is None:
                 rec["first_failure"] = True
-                self.stop_all(f"rank {rec['rank']} failed with {how}")
+                self.stop_all(f"{what} failed with {how}")
             # A rank's process group may leave children behind: make sure none survive the rank.
             try:
                 os.killpg(pid, signal.SIGKILL)
@@ -275,7 +293,7 @@ class Launcher:
             first_failure=failed[0]["rank"] if failed else None,
             ranks=[RankRecord(r["rank"], r["local_rank"], r["pid"], r["exit_code"], r.get("started"), r.get("ended"),
                               r.get("duration_s"), bool(r.get("stopped_by_launcher"))) for r in ranks],
-            reaped=list(self.reaped))
+            reaped=list(self.reaped), mode="node" if self.node_mode else "ranks")
         write_json_atomic(os.path.join(self.out_dir, RANKS_FILE), doc.to_dict())
         if signalled:
             return LAUNCHER_SIGNALLED_EXIT

@@ -2,6 +2,7 @@
 """flagperf host monitor: samples CPU, memory, host power and accelerators while a benchmark round runs.
 
     monitor.py --out-dir DIR --interval SECONDS --gpu PLUGIN [--vendor NAME] [--run-id ID] [--max-seconds S]
+               [--format native|flagperf]
 
 Runs on the benchmarked host. Dependencies: stdlib, psutil, flagperf_contract (from FLAGPERF_PATH, the folder
 above this one) and whatever the accelerator plug-in needs (pynvml for nvml, imported lazily). --gpu names a
@@ -11,8 +12,9 @@ sensor writes its own file in DIR, one line per sample:
     <ISO-8601 local time with ms and offset> key=value key=value ...
 
 Sensors that are missing get no data file; monitor_status.json says which sensors are available and why not.
-Diagnostics go to monitor.log. Stops on SIGTERM/SIGINT, after --max-seconds, or when the parent process dies.
-File formats: docs/monitors.md.
+Diagnostics go to monitor.log. At start it writes sys_info.log (monitors/sysinfo.py); with --format flagperf it
+also writes FlagPerf's monitor files into DIR/flagperf_format/ (monitors/flagperf_format.py). Stops on
+SIGTERM/SIGINT, after --max-seconds, or when the parent process dies. File formats: docs/monitors.md.
 """
 import argparse
 import dataclasses
@@ -25,16 +27,19 @@ import signal
 import sys
 import threading
 import time
+from datetime import datetime
 
 FLAGPERF_PATH = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if FLAGPERF_PATH not in sys.path:
     sys.path.insert(0, FLAGPERF_PATH)
-from flagperf_contract import (HOST_SENSORS, MONITOR_LOG, MONITOR_STATUS_FILE, MonitorStatus,  # noqa: E402
-                               SensorStatus, monitor_file_name, now_iso, write_json_atomic)
+from flagperf_contract import (HOST_SENSORS, MONITOR_LOG, MONITOR_STATUS_FILE, SYS_INFO_FILE,  # noqa: E402
+                               MonitorStatus, SensorStatus, monitor_file_name, now_iso, write_json_atomic)
+from monitors import flagperf_format, sysinfo  # noqa: E402
 
 MIB = 1024 * 1024
 FIRST_WINDOW_S = 0.1  # minimum averaging window of the first cpu/pwr value after priming
 MIN_INTERVAL_S = 0.05  # the driver refuses a MONITOR_INTERVAL below this too (flagperf/config.py)
+FORMATS = ("native", "flagperf")  # flagperf: FlagPerf's files too (MONITOR_FORMAT in the test config)
 ACCEL_DIR = os.path.join(FLAGPERF_PATH, "monitors", "accel")
 _KEY = re.compile(r"[a-z_][a-z0-9_]*\Z")
 
@@ -245,24 +250,34 @@ def setup_sensors(gpu, vendor, log, root=None):
 
 
 class Monitor:
-    def __init__(self, out_dir, sensors, log):
-        self.log = log
+    """Samples every sensor at each tick into its file; ``flagperf`` (a flagperf_format.FlagPerfFiles, or None)
+    gets the same samples for FlagPerf's files."""
+
+    def __init__(self, out_dir, sensors, log, flagperf=None):
+        self.log, self.flagperf = log, flagperf
         self.sensors = [(name, s, open(os.path.join(out_dir, fname), "w")) for name, (s, fname) in sensors.items()]
         self.samples, self.cost_s = 0, 0.0
 
     def tick(self):
         t = time.perf_counter()
-        now, ts = time.monotonic(), now_iso()
+        now, when = time.monotonic(), datetime.now().astimezone()
+        ts = when.isoformat(timespec="milliseconds")        # what now_iso() gives, for this very instant
         for name, sensor, f in self.sensors:
             try:
                 rows = sensor.read(now)
             except Exception as e:  # one failing sensor must not stop the others
                 self.log.once(f"{name}: read failed: {type(e).__name__}: {e}")
                 continue
-            lines = [fmt(r) for r in ([rows] if isinstance(rows, dict) else rows or [])]
+            rows = [rows] if isinstance(rows, dict) else rows or []
+            lines = [fmt(r) for r in rows]
             if any(lines):
                 f.write("".join(f"{ts} {line}\n" for line in lines if line))
                 f.flush()
+            if self.flagperf is not None:
+                try:
+                    self.flagperf.write(name, when, rows)
+                except Exception as e:  # noqa: BLE001 - FlagPerf's files must never stop flagperf's own
+                    self.log.once(f"flagperf format: {name}: {type(e).__name__}: {e}")
         self.samples += 1
         self.cost_s += time.perf_counter() - t
 
@@ -271,6 +286,26 @@ class Monitor:
             f.close()
             if hasattr(sensor, "close"):
                 sensor.close()
+        if self.flagperf is not None:
+            self.flagperf.close()
+
+
+def write_sys_info(out_dir, plugin, gpu_status, log):
+    """sys_info.log in the node directory; a failure is logged, never fatal."""
+    try:
+        sysinfo.write(os.path.join(out_dir, SYS_INFO_FILE), sysinfo.collect(plugin, gpu_status.to_dict(), sysfs_root()))
+    except Exception as e:  # noqa: BLE001 - a host fact that cannot be written must not stop the sampling
+        log(f"{SYS_INFO_FILE} not written: {type(e).__name__}: {e}")
+
+
+def with_flagperf_files(sensor_status, files, final=False):
+    """The sensors' statuses with what FlagPerf's files hold (``flagperf_file``, or ``flagperf_reason``); the
+    pwr entry (ipmitool answers in its own time) only once the monitor has stopped (``final``)."""
+    out = {}
+    for name, st in sensor_status.items():
+        extra = files.status(name) if (name != "pwr" or final) else {}
+        out[name] = dataclasses.replace(st, extra={**st.extra, **extra}) if extra else st
+    return out
 
 
 def run_loop(mon, interval, stop, ppid, deadline, first_at):
@@ -310,6 +345,8 @@ def parse_args(argv):
     p.add_argument("--vendor", default="nvidia", help="names the GPU file <vendor>_monitor.log")
     p.add_argument("--run-id")
     p.add_argument("--max-seconds", type=float, help="stop by itself after this many seconds")
+    p.add_argument("--format", default="native", choices=FORMATS,
+                   help="native (default): flagperf's files; flagperf: FlagPerf's files in flagperf_format/ too")
     args = p.parse_args(argv)
     if not (math.isfinite(args.interval) and MIN_INTERVAL_S <= args.interval):
         p.error(f"--interval must be a finite number of seconds >= {MIN_INTERVAL_S}, got {args.interval!r}")
@@ -345,8 +382,18 @@ def main(argv=None):
     for name, st in sensor_status.items():
         if not st.available:
             log(f"sensor {name} unavailable: {st.reason}")
+    write_sys_info(args.out_dir, args.gpu, sensor_status["gpu"], log)
+    fp_files = None
+    if args.format == "flagperf":
+        try:
+            fp_files = flagperf_format.FlagPerfFiles(args.out_dir, args.vendor, sensors, args.interval, log)
+        except OSError as e:        # flagperf's own files still go on
+            log(f"flagperf format: cannot write FlagPerf's files: {e}")
+        else:
+            status = dataclasses.replace(status, sensors=with_flagperf_files(status.sensors, fp_files))
+            write_json_atomic(status_path, status.to_dict())
 
-    mon = Monitor(args.out_dir, sensors, log)
+    mon = Monitor(args.out_dir, sensors, log, fp_files)
     deadline = started_mono + args.max_seconds if args.max_seconds is not None else None
     try:
         reason = run_loop(mon, args.interval, stop, ppid, deadline, primed + min(FIRST_WINDOW_S, args.interval))
@@ -358,6 +405,10 @@ def main(argv=None):
         mon.close()
     reason = reason or (f"signal {signals[0]}" if signals else "stopped")
     cost_ms = round(mon.cost_s / mon.samples * 1000, 3) if mon.samples else None
+    if fp_files is not None:
+        status = dataclasses.replace(status, sensors=with_flagperf_files(status.sensors, fp_files, final=True))
+        if fp_files.ipmi.reason:
+            log(f"flagperf format: no pwr_monitor.log: {fp_files.ipmi.reason}")
     write_json_atomic(status_path, dataclasses.replace(status, stopped=now_iso(), stop_reason=reason,
                                                        samples=mon.samples, sample_ms_mean=cost_ms).to_dict())
     log(f"stopped ({reason}) after {mon.samples} samples, mean sample cost {cost_ms} ms")

@@ -12,6 +12,7 @@ import importlib
 from dataclasses import dataclass
 
 from flagperf.backends.base import Backend, BackendError, NodeProcess
+from flagperf.backends.slurm_config import SLURM_KEYS
 
 
 @dataclass(frozen=True)
@@ -20,13 +21,27 @@ class Registration:
     target: str             # "module:Class"
     runtimes: tuple         # RUNTIME values it can run ranks with
     description: str
+    cluster_keys: tuple = ()        # cluster-config keys of its own (SLURM_PARTITION, ...)
+    options: str | None = None      # "module:function" validating them: (checker, mapping) -> its options object
+    host_list: bool = True          # False: no HOSTS, the backend's scheduler picks the nodes
+    refused: tuple = ()             # ((RUNTIME, why it cannot be used here), ...) for the error message
 
 
 _REGISTRY: dict = {}
 
 
-def register(name: str, target: str, *, runtimes: tuple, description: str) -> None:
-    _REGISTRY[name] = Registration(name, target, tuple(runtimes), description)
+def register(name: str, target: str, *, runtimes: tuple, description: str, cluster_keys: tuple = (),
+             options: str | None = None, host_list: bool = True, refused: tuple = ()) -> None:
+    _REGISTRY[name] = Registration(name, target, tuple(runtimes), description, tuple(cluster_keys), options,
+                                   host_list, tuple(refused))
+
+
+def load_options(reg: Registration, checker, mapping):
+    """The backend's own cluster keys, validated by its ``options`` function (None when it has none)."""
+    if reg.options is None:
+        return None
+    module, _, func = reg.options.partition(":")
+    return getattr(importlib.import_module(module), func)(checker, mapping)
 
 
 def registration(name: str) -> Registration | None:
@@ -54,6 +69,13 @@ def open_backend(config, log, *, accept_new_host_keys: bool = False) -> Backend:
 register("ssh", "flagperf.backends.hostlist:HostListBackend", runtimes=("bare", "docker"),
          description="a list of hosts: localhost without SSH, every other host over SSH; ranks as plain "
                      "processes (bare) or in the vendor's container (docker)")
+register("slurm", "flagperf.backends.slurm:SlurmBackend", runtimes=("bare",),
+         description="a Slurm cluster: one sbatch job per case round; the node launcher runs once per node as an "
+                     "srun step, the monitor as an overlapping step (docs/slurm.md)",
+         cluster_keys=SLURM_KEYS,
+         options="flagperf.backends.slurm_config:load_options", host_list=False,
+         refused=(("docker", "Docker's containers are started by dockerd, not as children of the job step, so "
+                             "Slurm could neither confine nor stop them"),))
 
 __all__ = ["Backend", "BackendError", "NodeProcess", "Registration", "backend_class", "backend_names",
-           "open_backend", "register", "registration"]
+           "load_options", "open_backend", "register", "registration"]

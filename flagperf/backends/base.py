@@ -3,10 +3,11 @@
 The pipeline calls, in this order:
 
     connect(hosts) -> deploy(hosts) -> probe(hosts, need)            once per run (``flagperf check``: no deploy)
-    prepare_case(case)                                                once per case (images, allocations)
-    per round:  prepare_node(node) -> spawn_monitor(node) -> spawn_launcher(node)
-                ... NodeProcess.wait / signal ...
-                cleanup_node(node) -> collect(node)
+    planning(config, accelerators)                                    once, after the checks (a scheduler's nodes)
+    prepare_case(case)                                                once per case (images)
+    per round:  start_round(case, round) (allocations) -> prepare_node(node) -> spawn_monitor(node)
+                -> spawn_launcher(node) ... NodeProcess.wait / signal ...
+                cleanup_node(node) -> collect(node) -> end_round(nodes)
     close()
 
 Everything a backend needs is in the plan (:mod:`flagperf.plan`): node directory on the host, argv, environment,
@@ -69,9 +70,22 @@ class Backend(abc.ABC):
         """Check every connected host (Python, tree, torch, disk, accelerators); one checks.HostCheck per host.
         ``need`` maps addresses to the accelerators the cases need there."""
 
+    def planning(self, config, accelerators: dict) -> tuple:
+        """(config, accelerators) to plan the cases with, once the hosts were checked: a scheduler puts the nodes
+        it found in place of the cluster's hosts and says how many accelerators each has. Default: unchanged."""
+        return config, accelerators
+
     # -- a case ---------------------------------------------------------------------------------------------
     def prepare_case(self, case) -> None:
         """Once per case, before its rounds (images for containers). Raise BackendError: the case fails."""
+
+    def start_round(self, case, rnd) -> tuple:
+        """The round's nodes, ready to be prepared: a scheduler allocates them here (waiting while the job is
+        pending) and returns them on the hosts it got. Raise BackendError: the round fails. Default: as planned."""
+        return tuple(rnd.nodes)
+
+    def end_round(self, nodes) -> None:
+        """After the round's collect, also of a failed or interrupted round: release what start_round took."""
 
     # -- a round --------------------------------------------------------------------------------------------
     @abc.abstractmethod

@@ -15,7 +15,7 @@ from pathlib import PurePosixPath
 
 from flagperf.backends.base import HEARTBEAT_TIMEOUT_S, Backend, BackendError
 from flagperf.checks import CONTRACT_FILE, HostCheck, failed, interpret_probe, probe_failure, unique_hosts
-from flagperf.deploy import deploy_host, local_manifest, needs_deploy
+from flagperf.deploy import case_trees, deploy_host, local_manifest, needs_deploy
 from flagperf.hosts import HostError, open_transport
 from flagperf.hosts.fanout import fan_out
 from flagperf.plan import each_hosts, each_port, host_result_root
@@ -57,8 +57,11 @@ class HostListBackend(Backend):
     def deploy(self, hosts) -> list:
         root = self.config.source_root
         todo = [h for h in unique_hosts(hosts) if h.address in self.transports]
-        manifest = local_manifest(root) if any(needs_deploy(h, root) for h in todo) else {}
-        return fan_out(todo, lambda h: deploy_host(self.transports[h.address], root, manifest), deadline_s=3600)
+        anywhere = any(needs_deploy(h, root) for h in todo)
+        manifest = local_manifest(root) if anywhere else {}
+        cases = case_trees(self.config) if anywhere else ()      # CASE_PATHS folders, to <FLAGPERF_PATH>/cases/
+        return fan_out(todo, lambda h: deploy_host(self.transports[h.address], root, manifest, cases),
+                       deadline_s=3600)
 
     def probe(self, hosts, need: dict) -> list:
         cfg = self.config

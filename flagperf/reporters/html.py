@@ -468,6 +468,7 @@ class HtmlReporter(Reporter):
                     where = f" (node {esc(f.get('node'))})"
                 out += (f"<p>Round {num(r.round)}{where}, last lines of <code>{esc(f.get('log', ''))}</code>:</p>\n"
                         f"<pre>{esc(chr(10).join(str(x) for x in lines))}</pre>\n")
+        out += self._metrics(c)
         first = next((r for r in c.rounds if isinstance((r.finished or {}).get("env"), dict)), None)
         if first:
             env = ", ".join(f"{esc(k)} {esc(v)}" for k, v in first.finished["env"].items()
@@ -485,6 +486,20 @@ class HtmlReporter(Reporter):
             for n, d in datas:
                 out += self._node(c, r, n, d, t0)
         return out + "</section>\n"
+
+    def _metrics(self, c) -> str:
+        """Every metric of the passed rounds with its unit (also those read from FlagPerf's own lines)."""
+        stats = c.stats
+        names = [n for n in stats if n not in ("value", "e2e_time") and isinstance(stats.get(n), dict)]
+        if not names:
+            return ""
+        units = c.metric_units()
+        origin = (c.head or {}).get("origin")
+        caption = f" (from {esc(origin)})" if origin else ""
+        rows = [[esc(n), num(stats[n].get("median")), num(stats[n].get("min")), num(stats[n].get("max")),
+                 esc(units.get(n, ""))] for n in names]
+        return (f"<p>Metrics over the passed rounds{caption}:</p>\n"
+                + _table(["metric", "median", "min", "max", "unit"], rows, num_cols=(1, 2, 3)))
 
     def _headline(self, c) -> str:
         """The headline metric per round (each cases: one line per host, from every host's own result), with

@@ -127,7 +127,8 @@ class MarkdownReporter(Reporter):
         metrics = [(name, st) for name, st in c.stats.items() if name not in ("value", "e2e_time") and st]
         if metrics:
             units = c.metric_units()
-            lines += ["", "Metrics over the passed rounds:", ""]
+            origin = (c.head or {}).get("origin")      # read from FlagPerf's own lines
+            lines += ["", f"Metrics over the passed rounds{f' (from {origin})' if origin else ''}:", ""]
             lines += _table(["metric", "median", "min", "max", "unit"],
                             [[n, _num(st["median"]), _num(st["min"]), _num(st["max"]), units.get(n, "")]
                              for n, st in metrics])

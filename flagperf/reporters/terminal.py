@@ -24,6 +24,27 @@ def _note(case) -> str:
     return ""
 
 
+FLAGPERF_ROWS_MAX = 16
+
+
+def _flagperf_rows(case) -> list:
+    """A case whose figures came from FlagPerf's own lines ([FlagPerf Result], FlagPerf's PerfLog): one row per
+    further metric under the case's row, with its unit (flagperf's own benchmarks keep theirs in report.md)."""
+    if not (case.head or {}).get("origin"):
+        return []
+    units = case.metric_units()
+    names = [n for n in units if n != case.metric and case.stats.get(n)]
+    rows = []
+    for name in names[:FLAGPERF_ROWS_MAX]:
+        st = case.stats[name]
+        rows.append(["", "", "", Text(f"  {name}"), _num(st.get("median")), _num(st.get("mean")), _num(st.get("min")),
+                     _num(st.get("max")), units.get(name) or "", "", ""])
+    if len(names) > FLAGPERF_ROWS_MAX:
+        rows.append(["", "", "", f"  ... {len(names) - FLAGPERF_ROWS_MAX} more (report.md)", "", "", "", "", "",
+                     "", ""])
+    return rows
+
+
 def _reference_note(case) -> str:
     """What the case's reference verdicts say, short: the metrics below reference, or 'passed (within
     reference)'."""
@@ -49,6 +70,8 @@ class TerminalReporter(Reporter):
                 f"{len(case.passed_rounds)}/{len(case.rounds)}", case.metric or "-", _num(st.get("median")),
                 _num(st.get("mean")), _num(st.get("min")), _num(st.get("max")), case.unit or "",
                 _num(e2e.get("median")), _note(case) or _reference_note(case))
+            for row in _flagperf_rows(case):
+                table.add_row(*row)
         return table
 
     def rankings(self, summary) -> list:

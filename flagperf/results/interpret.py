@@ -1,7 +1,8 @@
 """Round interpretation: from what the hosts left behind to one status. Pure functions, no I/O.
 
 A round's evidence is what the driver saw (how the wait ended) and what it read back from every node
-(``ranks.json``, rank 0's PerfLog records, the tails of the logs). :func:`interpret_round` turns it into a
+(``ranks.json``, rank 0's PerfLog records, the tails of the logs, and FlagPerf's own result lines when rank 0
+printed no FINISHED line). :func:`interpret_round` turns it into a
 :class:`Status` and, unless the round passed, a failure record saying why, where, and the last lines of the
 log that shows it. :func:`case_status` and :func:`run_status` fold rounds into cases and cases into a run.
 Nothing else decides a status.
@@ -13,6 +14,7 @@ import enum
 import signal
 from dataclasses import dataclass, field
 
+from flagperf.results.flagperf_lines import build_finished, is_flagperf_finished
 from flagperf_contract import LAUNCHER_CANNOT_WRITE_EXIT, Finished, RankReport, validate_finished
 
 
@@ -61,13 +63,16 @@ class NodeEvidence:
     rank_tails: dict = field(default_factory=dict)  # {rank: last lines}
     output_log: str = ""                            # the node launcher's (or container's) own output
     output_tail: list = field(default_factory=list)
+    mode: str = "ranks"                             # launch mode: "node" = one node command stands for the ranks
+    benchmark: str = ""                             # the model this node ran
+    flagperf_results: list = field(default_factory=list)  # flagperf_lines.FlagPerfResult of the node's logs
 
 
 @dataclass
 class RoundEvidence:
     wait: Wait
     nodes: list                                     # [NodeEvidence], node 0 first
-    rank0_records: list = field(default_factory=list)  # PerfLog records of global rank 0
+    rank0_records: list = field(default_factory=list)  # PerfLog records of global rank 0 (node 0's command)
 
 
 @dataclass
@@ -101,8 +106,12 @@ def _first_failed_rank(nodes) -> tuple:
     return None, None
 
 
+def _who(node, rec) -> str:
+    return "the node command" if getattr(node, "mode", "ranks") == "node" else f"rank {rec.rank}"
+
+
 def _rank_failure(node, rec, reason=None) -> dict:
-    return {"reason": reason or f"rank {rec.rank} failed ({describe_exit(rec.exit_code)})", "node": node.label,
+    return {"reason": reason or f"{_who(node, rec)} failed ({describe_exit(rec.exit_code)})", "node": node.label,
             "rank": rec.rank, "exit_code": rec.exit_code, "log": node.rank_logs.get(rec.rank, ""),
             "last_lines": list(node.rank_tails.get(rec.rank, []))}
 
@@ -116,7 +125,7 @@ def interpret_round(ev: RoundEvidence) -> Verdict:
                   WaitEnd.ERROR: Status.ERROR}[w.end]
         failure: dict = {"reason": w.reason}
         if node is not None:
-            failure = dict(_rank_failure(node, rec), reason=f"{w.reason}; rank {rec.rank} had failed "
+            failure = dict(_rank_failure(node, rec), reason=f"{w.reason}; {_who(node, rec)} had failed "
                                                              f"({describe_exit(rec.exit_code)})")
         return Verdict(status, failure)
     if w.end == WaitEnd.HOST_LOST:
@@ -144,7 +153,7 @@ def interpret_round(ev: RoundEvidence) -> Verdict:
             return Verdict(Status.FAILED, {"reason": f"node {n.label}: ranks.json lists ranks {got}, the plan "
                                                      f"started {sorted(n.ranks_expected)}", "node": n.label})
     records = ev.rank0_records
-    finished = [r for r in records if r.get("event") == "FINISHED"]
+    finished = [r for r in records if r.get("event") == "FINISHED" and not is_flagperf_finished(r)]
     skipped = [r for r in records if r.get("event") == "SKIPPED"]
     node0 = ev.nodes[0] if ev.nodes else None
     rec0 = node0.ranks.rank(0) if node0 and node0.ranks else None
@@ -154,7 +163,16 @@ def interpret_round(ev: RoundEvidence) -> Verdict:
     if not finished and skipped:
         return Verdict(Status.SKIPPED, {"reason": f"skipped: {skipped[-1].get('reason') or 'no reason given'}"})
     if not finished:
-        return Verdict(Status.FAILED, dict(where, reason="rank 0 printed no FINISHED line"))
+        # FlagPerf's formats: [FlagPerf Result] lines of any log, or a FlagPerf PerfLog FINISHED of rank 0
+        theirs = next((r for r in reversed(records) if is_flagperf_finished(r)), None)
+        results = [r for n in ev.nodes for r in n.flagperf_results]
+        payload = build_finished(node0.benchmark if node0 else "", results, theirs,
+                                 rec0.duration_s if rec0 else None)
+        if payload is not None:
+            return Verdict(Status.PASSED, None, Finished.from_dict(payload))
+        who = "the node command" if node0 is not None and node0.mode == "node" else "rank 0"
+        return Verdict(Status.FAILED, dict(where, reason=f"{who} printed no FINISHED line and no [FlagPerf Result] "
+                                                         f"lines"))
     problems = validate_finished(finished[-1])
     if problems:
         return Verdict(Status.FAILED, dict(where, reason=f"invalid result: {'; '.join(problems)}"))

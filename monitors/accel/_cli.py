@@ -149,9 +149,16 @@ class ToolSampler:
         pass
 
 
-def open_sampler(source, argv, parse, log, what, extra_dirs=()):
+def tool_version(text, pattern):
+    """The first group of ``pattern`` in the tool's output (its banner's driver version), or None."""
+    m = re.search(pattern, text or "") if pattern else None
+    return m.group(1) if m else None
+
+
+def open_sampler(source, argv, parse, log, what, extra_dirs=(), version_pattern=None):
     """``open(log)`` of a tool-based plug-in: (ToolSampler, None), or (None, reason) when the tool fails or
-    lists no device (``what`` names the devices in that reason: NPU, MLU)."""
+    lists no device (``what`` names the devices in that reason: NPU, MLU). ``version_pattern`` finds the
+    driver version in the tool's banner (``driver_version`` in the status, for sys_info.log)."""
     text, error = run_tool(argv, extra_dirs)
     if error is not None:
         return None, error
@@ -160,4 +167,8 @@ def open_sampler(source, argv, parse, log, what, extra_dirs=()):
         return None, error
     if not devices:
         return None, "%s lists no %s" % (" ".join(argv), what)
-    return ToolSampler(source, argv, parse, devices, log, extra_dirs), None
+    sampler = ToolSampler(source, argv, parse, devices, log, extra_dirs)
+    version = tool_version(text, version_pattern)
+    if version:
+        sampler.status["driver_version"] = version
+    return sampler, None

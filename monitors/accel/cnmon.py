@@ -24,6 +24,7 @@ from monitors.accel import _cli  # noqa: E402
 
 SOURCE = "cnmon"
 ARGV = ("cnmon",)
+VERSION_PATTERN = r"Driver\s+v(\S+)"   # the banner: driver version
 EXTRA_DIRS = ("/usr/bin", "/usr/local/neuware/bin", "/usr/local/bin")
 
 _NUM = r"(\d+(?:\.\d+)?|N/A|NA|-)"
@@ -104,4 +105,4 @@ def count():
 
 def open(log):  # noqa: A001 - the plug-in interface's name
     """(sampler, None), or (None, reason)."""
-    return _cli.open_sampler(SOURCE, ARGV, parse, log, "MLU", EXTRA_DIRS)
+    return _cli.open_sampler(SOURCE, ARGV, parse, log, "MLU", EXTRA_DIRS, VERSION_PATTERN)

@@ -25,6 +25,7 @@ from monitors.accel import _cli  # noqa: E402
 
 SOURCE = "npu-smi"
 ARGV = ("npu-smi", "info")
+VERSION_PATTERN = r"Version:\s*(\S+)"   # the banner: driver version
 # npu-smi is installed as /usr/local/bin/npu-smi (or sbin); the driver package also keeps a copy in its tools.
 EXTRA_DIRS = ("/usr/local/bin", "/usr/local/sbin", "/usr/local/Ascend/driver/tools")
 
@@ -117,4 +118,4 @@ def count():
 
 def open(log):  # noqa: A001 - the plug-in interface's name
     """(sampler, None), or (None, reason)."""
-    return _cli.open_sampler(SOURCE, ARGV, parse, log, "NPU", EXTRA_DIRS)
+    return _cli.open_sampler(SOURCE, ARGV, parse, log, "NPU", EXTRA_DIRS, VERSION_PATTERN)

@@ -29,6 +29,7 @@ class NvmlGpus:
                     pass
             devices.append(dev)
         self.status = {"available": True, "source": SOURCE, "count": len(devices), "devices": devices}
+        self.status.update(versions(nv))
         self.fields = (
             ("temp", lambda h: {"temp_c": nv.nvmlDeviceGetTemperature(h, nv.NVML_TEMPERATURE_GPU)}),
             ("power", lambda h: {"power_w": round(nv.nvmlDeviceGetPowerUsage(h) / 1000, 1)}),
@@ -76,6 +77,23 @@ class NvmlGpus:
             self.nv.nvmlShutdown()
         except self.nv.NVMLError:
             pass
+
+
+def versions(nv):
+    """{"driver_version": "560.35.03", "cuda_driver_version": "12.6"} as far as NVML tells them: the driver,
+    and the newest CUDA version it supports (nvmlSystemGetCudaDriverVersion, 12060 -> "12.6")."""
+    out = {}
+    try:
+        v = nv.nvmlSystemGetDriverVersion()
+        out["driver_version"] = v.decode() if isinstance(v, bytes) else str(v)
+    except Exception:  # noqa: BLE001 - NVMLError, or a pynvml without the call: the version stays unknown
+        pass
+    try:
+        v = int(nv.nvmlSystemGetCudaDriverVersion())
+        out["cuda_driver_version"] = "%d.%d" % (v // 1000, v % 1000 // 10)
+    except Exception:  # noqa: BLE001
+        pass
+    return out
 
 
 def open(log):  # noqa: A001 - the plug-in interface's name

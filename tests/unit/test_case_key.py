@@ -34,7 +34,6 @@ def test_names(key, name):
 
 @pytest.mark.parametrize("key, message", [
     ("gemm:pytorch:local:1:2", "expected 6 fields 'model:framework:hw:nnodes:nproc:repeat', got 5"),
-    ("gemm:pytorch:local:1:2:3:4", "expected 6 fields 'model:framework:hw:nnodes:nproc:repeat', got 7"),
     ("gemm", "expected 6 fields 'model:framework:hw:nnodes:nproc:repeat', got 1"),
     ("", "expected 6 fields 'model:framework:hw:nnodes:nproc:repeat', got 1"),
     (":pytorch:local:1:2:3", "model is empty"),

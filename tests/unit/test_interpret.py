@@ -204,21 +204,23 @@ def test_skipped_without_reason():
 def test_no_finished_line_carries_rank0s_exit_code():
     v = interpret_round(evidence(records=[{"event": "STARTED"}]))
     assert v.status == Status.FAILED
-    assert v.failure == {"reason": "rank 0 printed no FINISHED line", "node": N0, "rank": 0, "exit_code": 0,
-                         "log": f"/run/{N0}/rank0.out.log", "last_lines": ["rank 0 line 1", "rank 0 line 2"]}
+    assert v.failure == {"reason": "rank 0 printed no FINISHED line and no [FlagPerf Result] lines", "node": N0,
+                         "rank": 0, "exit_code": 0, "log": f"/run/{N0}/rank0.out.log",
+                         "last_lines": ["rank 0 line 1", "rank 0 line 2"]}
 
 
 def test_no_finished_line_when_rank0_is_not_in_ranks_json():
     n = node(ranks=(), report_=report(0, rec(4)))
     v = interpret_round(evidence(nodes=[n]))
-    assert v.failure["reason"] == "rank 0 printed no FINISHED line" and v.failure["exit_code"] is None
+    assert v.failure["reason"] == "rank 0 printed no FINISHED line and no [FlagPerf Result] lines"
+    assert v.failure["exit_code"] is None
 
 
 def test_no_nodes_at_all():
     v = interpret_round(RoundEvidence(Wait(WaitEnd.COMPLETED), [], []))
     assert v.status == Status.FAILED
-    assert v.failure == {"reason": "rank 0 printed no FINISHED line", "node": None, "rank": 0, "exit_code": None,
-                         "log": "", "last_lines": []}
+    assert v.failure == {"reason": "rank 0 printed no FINISHED line and no [FlagPerf Result] lines", "node": None,
+                         "rank": 0, "exit_code": None, "log": "", "last_lines": []}
 
 
 @pytest.mark.parametrize("payload, words", [

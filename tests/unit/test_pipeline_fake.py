@@ -233,7 +233,7 @@ def test_missing_finished_carries_rank0_exit_code(tmp_path):
     r = only_round(s)
     assert r.status == "failed"
     f = r.failure
-    assert f["reason"] == "rank 0 printed no FINISHED line"
+    assert f["reason"] == "rank 0 printed no FINISHED line and no [FlagPerf Result] lines"
     assert f["rank"] == 0 and f["exit_code"] == 0 and f["exit_code"] is not None
     assert f["node"] == "localhost_noderank0" and f["log"].endswith("rank0.out.log")
     assert f["last_lines"] == ["rank 0: starting", "rank 0: working"]

@@ -76,7 +76,7 @@ def test_two_nodes_two_ranks_two_rounds(tmp_path, write, source_root):
                 "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29600", "NNODES": "2",
                 "NODE_RANK": str(node.node_rank), "WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "2",
                 "FLAGPERF_VENDOR": "nvidia", "FLAGPERF_DEVICE": "cuda", "FLAGPERF_DIST_BACKEND": "nccl",
-                "FLAGPERF_TORCH_PLUGIN": "", "FLAGPERF_RUN_ID": RUN_ID,
+                "FLAGPERF_TORCH_PLUGIN": "", "FLAGPERF_RUN_ID": RUN_ID, "FLAGPERF_FRAMEWORK": "pytorch",
             }
             assert spec["env_defaults"] == {"NCCL_NVLS_ENABLE": "0"}
             assert spec["visible_devices_env"] == "CUDA_VISIBLE_DEVICES"

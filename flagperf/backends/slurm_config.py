@@ -1,0 +1,185 @@
+"""The ``slurm`` backend's cluster keys: validated at load, with the rest of the cluster config.
+
+Light on purpose (dataclasses and regular expressions): ``flagperf.config`` calls :func:`load_options` through
+the backend registry without importing the backend itself. Every problem is one line naming the file, the
+line, the key and what was expected, like every other key.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import ClassVar
+
+SLURM_KEYS = ("SLURM_PARTITION", "SLURM_ACCOUNT", "SLURM_QOS", "SLURM_TIME", "SLURM_GPUS_PER_NODE",
+              "SLURM_EXCLUSIVE", "SLURM_ARGS", "SLURM_CONF", "SLURM_PENDING_TIMEOUT", "SLURM_SHARED_FS")
+
+DEFAULT_PENDING_TIMEOUT_S = 3600.0
+MAX_PENDING_TIMEOUT_S = 30 * 24 * 3600.0
+TIME_MARGIN_S = 300.0           # SLURM_TIME unset: CASE_TIMEOUT plus this, for start-up and the copy back
+# MASTER_PORT unset: the plan holds this placeholder until the job id is known; every node then uses
+# PORT_BASE + job id % PORT_SPAN (launcher/slurm_node.py derives the same), below Linux's ephemeral ports.
+PLACEHOLDER_PORT = 59301
+PORT_BASE, PORT_SPAN = 20000, 10000
+TOKEN = "{slurm-node%d}"        # a node of the plan until Slurm allocates it (replaced by its host name)
+
+# sbatch options flagperf sets itself (from the case or from another key): SLURM_ARGS may not hold them.
+_OWN_OPTIONS = {
+    "-N": "the case's nnodes", "--nodes": "the case's nnodes", "-n": "one task per node",
+    "--ntasks": "one task per node", "--ntasks-per-node": "one task per node", "-o": "the job's output file",
+    "--output": "the job's output file", "-e": "the job's output file", "--error": "the job's output file",
+    "--parsable": "how flagperf reads the job id", "--wrap": "the batch script flagperf writes",
+    "-H": "how flagperf submits", "--hold": "how flagperf submits", "-W": "how flagperf waits",
+    "--wait": "how flagperf waits", "-p": "SLURM_PARTITION", "--partition": "SLURM_PARTITION",
+    "-A": "SLURM_ACCOUNT", "--account": "SLURM_ACCOUNT", "-q": "SLURM_QOS", "--qos": "SLURM_QOS",
+    "-t": "SLURM_TIME", "--time": "SLURM_TIME", "--gpus-per-node": "SLURM_GPUS_PER_NODE",
+    "--exclusive": "SLURM_EXCLUSIVE", "-w": "nnodes each (one job per node)",
+    "--nodelist": "nnodes each (one job per node)", "-D": "the job's working directory",
+    "--chdir": "the job's working directory", "-J": "the job name flagperf gives",
+    "--job-name": "the job name flagperf gives",
+}
+_NAME = re.compile(r"[A-Za-z0-9_.+-]{1,128}")
+
+
+@dataclass(frozen=True)
+class SlurmOptions:
+    """The SLURM_* keys of a cluster config (docs/configuration.md, docs/slurm.md)."""
+
+    partition: str | None = None
+    account: str | None = None
+    qos: str | None = None
+    time: str | None = None             # as sbatch --time takes it; None: CASE_TIMEOUT + TIME_MARGIN_S
+    gpus_per_node: int | None = None
+    exclusive: bool = True
+    args: tuple = ()
+    conf: str | None = None             # SLURM_CONF for every slurm command
+    pending_timeout: float = DEFAULT_PENDING_TIMEOUT_S
+    shared_fs: bool = True
+    python: str = "python3"             # PYTHON of the cluster config: the interpreter on the nodes
+    derived_port: bool = False          # MASTER_PORT unset: derived from the job id
+
+    placeholder_port: ClassVar[int] = PLACEHOLDER_PORT     # the plan's MASTER_PORT while derived_port
+
+    @property
+    def results_shared(self) -> bool:
+        """The nodes write the node directories straight into the driver's FLAGPERF_LOG_PATH."""
+        return self.shared_fs
+
+    def placeholder_hosts(self, cases, flagperf_path: str) -> tuple:
+        """The plan's nodes until Slurm allocates them: one per node of the largest case."""
+        count = max([c.nnodes for c in cases if not getattr(c, "each", False)] + [1])
+        return token_hosts(count, self.python, flagperf_path)
+
+    def sbatch_time(self, case_timeout: float) -> str:
+        """--time of every job: SLURM_TIME, else CASE_TIMEOUT plus a margin, in whole minutes."""
+        if self.time is not None:
+            return self.time
+        return str(int(math.ceil((case_timeout + TIME_MARGIN_S) / 60.0)))
+
+    def to_dict(self) -> dict:
+        return {"SLURM_PARTITION": self.partition, "SLURM_ACCOUNT": self.account, "SLURM_QOS": self.qos,
+                "SLURM_TIME": self.time, "SLURM_GPUS_PER_NODE": self.gpus_per_node,
+                "SLURM_EXCLUSIVE": self.exclusive, "SLURM_ARGS": list(self.args), "SLURM_CONF": self.conf,
+                "SLURM_PENDING_TIMEOUT": self.pending_timeout, "SLURM_SHARED_FS": self.shared_fs,
+                "PYTHON": self.python, "MASTER_PORT_FROM_JOB_ID": self.derived_port}
+
+
+def token_hosts(count: int, python: str, flagperf_path: str) -> tuple:
+    from flagperf.config import HostSpec
+    return tuple(HostSpec(TOKEN % i, None, None, None, python, flagperf_path) for i in range(count))
+
+
+def derived_port(job_id: int) -> int:
+    return PORT_BASE + int(job_id) % PORT_SPAN
+
+
+def parse_time(value) -> int | None:
+    """Seconds of an sbatch --time value (minutes; MM:SS; HH:MM:SS; D-HH[:MM[:SS]]), None when it is not one."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value * 60 if value > 0 else None
+    if not isinstance(value, str):
+        return None
+    text = value.strip()
+    m = re.fullmatch(r"(?:(\d{1,4})-)?(\d{1,6})(?::(\d{1,2}))?(?::(\d{1,2}))?", text)
+    if not m:
+        return None
+    days, a, b, c = m.groups()
+    parts = [int(x) for x in (a, b, c) if x is not None]
+    if days is not None:        # D-HH, D-HH:MM, D-HH:MM:SS
+        h, mi, s = (parts + [0, 0])[:3]
+        seconds = int(days) * 86400 + h * 3600 + mi * 60 + s
+        ok = h < 24 and mi < 60 and s < 60
+    elif len(parts) == 1:       # minutes
+        seconds, ok = parts[0] * 60, True
+    elif len(parts) == 2:       # MM:SS
+        seconds, ok = parts[0] * 60 + parts[1], parts[1] < 60
+    else:                       # HH:MM:SS
+        seconds, ok = parts[0] * 3600 + parts[1] * 60 + parts[2], parts[1] < 60 and parts[2] < 60
+    return seconds if ok and seconds > 0 else None
+
+
+def load_options(ck, data) -> SlurmOptions:
+    """Validate the SLURM_* keys (and PYTHON, MASTER_PORT as Slurm reads them) of one cluster config;
+    problems go to ``ck`` (flagperf.config._Checker)."""
+    from flagperf.config import resolve
+    opts: dict = {}
+    for key, attr in (("SLURM_PARTITION", "partition"), ("SLURM_ACCOUNT", "account"), ("SLURM_QOS", "qos")):
+        value = ck.get(data, key, str, None)
+        if value is not None and not _NAME.fullmatch(value):
+            ck.add(data, key, f"expected a Slurm name (letters, digits, _ . + -), got {value!r}")
+            value = None
+        opts[attr] = value
+    if data.get("SLURM_TIME") is not None:
+        raw = data["SLURM_TIME"]
+        if parse_time(raw) is None:
+            ck.add(data, "SLURM_TIME", f"expected a time limit per round as sbatch --time takes it: minutes "
+                                       f"(30), MM:SS, HH:MM:SS (00:30:00) or D-HH:MM:SS, got {raw!r}")
+        else:
+            opts["time"] = str(raw).strip()
+    gpus = ck.get(data, "SLURM_GPUS_PER_NODE", int, None)
+    if gpus is not None and not 1 <= gpus <= 1024:
+        ck.add(data, "SLURM_GPUS_PER_NODE", f"expected a number of GPUs per node from 1 to 1024, got {gpus}")
+        gpus = None
+    opts["gpus_per_node"] = gpus
+    opts["exclusive"] = ck.get(data, "SLURM_EXCLUSIVE", bool, True)
+    opts["shared_fs"] = ck.get(data, "SLURM_SHARED_FS", bool, True)
+    args = ck.get(data, "SLURM_ARGS", list, [])
+    good = []
+    for i, arg in enumerate(args):
+        label = f"SLURM_ARGS[{i}]"
+        if not isinstance(arg, str) or not arg or "\0" in arg or "\n" in arg:
+            ck.add(data, "SLURM_ARGS", f"expected a non-empty string (one sbatch argument), got {arg!r}", label)
+            continue
+        name = arg.split("=", 1)[0] if arg.startswith("--") else arg[:2]
+        if arg.startswith("-") and name in _OWN_OPTIONS:
+            ck.add(data, "SLURM_ARGS", f"{arg!r}: flagperf sets {name} itself (from {_OWN_OPTIONS[name]}); "
+                                       f"remove it", label)
+            continue
+        good.append(arg)
+    opts["args"] = tuple(good)
+    conf = ck.get(data, "SLURM_CONF", str, None)
+    if conf is not None:
+        try:
+            path = resolve(ck.path, conf)
+        except ValueError as exc:
+            ck.add(data, "SLURM_CONF", str(exc))
+        else:
+            if not path.is_file():
+                ck.add(data, "SLURM_CONF", f"expected a slurm.conf file, {path} does not exist")
+            opts["conf"] = str(path)
+    pending = ck.get(data, "SLURM_PENDING_TIMEOUT", (int, float), DEFAULT_PENDING_TIMEOUT_S)
+    if not (0 < pending <= MAX_PENDING_TIMEOUT_S and math.isfinite(pending)):
+        ck.add(data, "SLURM_PENDING_TIMEOUT", f"expected a number of seconds > 0 and at most "
+                                              f"{MAX_PENDING_TIMEOUT_S:.0f} (30 days), got {pending!r}")
+        pending = DEFAULT_PENDING_TIMEOUT_S
+    opts["pending_timeout"] = float(pending)
+    python = ck.get(data, "PYTHON", str, None)
+    opts["python"] = python or "python3"
+    opts["derived_port"] = data.get("MASTER_PORT") is None
+    if "HOSTS" in data:
+        ck.add(data, "HOSTS", "not used with SCHEDULER slurm (Slurm picks the nodes of every job); remove it, "
+                              "or use SLURM_PARTITION and SLURM_ARGS (e.g. --constraint) to choose them")
+    return SlurmOptions(**opts)

@@ -1,0 +1,270 @@
+"""The ``slurm`` backend's pure parts: the sbatch command line, the batch script, the node specs, and the reading
+of what ``sbatch``, ``squeue``, ``sinfo`` and ``scontrol`` print. No I/O: unit-tested on their own.
+
+One case round is one job (an ``each`` case: one job per node). The batch script runs two steps on every node
+of the allocation, one task per node: the monitor (``srun --overlap``, in the background) and the node launcher
+(``launcher/slurm_node.py``, which fills the node's spec in and starts ``launcher/node_launcher.py``). When the
+launchers are done it stops the monitors, and with node-local result directories keeps the allocation until
+the driver has copied them back (it cancels the job then). Its progress is in the job's comment
+(``flagperf:launchers=<status>``, then ``flagperf:done=<status>``), which ``squeue`` shows the driver.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from dataclasses import dataclass
+
+SPECS_SCHEMA = "flagperf.slurm-nodes/1"
+STEP_LAUNCHER = "flagperf-launcher"
+STEP_MONITOR = "flagperf-monitor"
+COMMENT_LAUNCHERS = "flagperf:launchers="
+COMMENT_DONE = "flagperf:done="
+SPECS_END = "FLAGPERF_SPECS_END"
+SQUEUE_FORMAT = "%i|%T|%r|%N|%k"     # job id, state, reason, nodes, comment (last: it may hold anything)
+
+# squeue's states of a job that is over (with --states=all, until MinJobAge purges it)
+ENDED = {"COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL", "DEADLINE",
+         "OUT_OF_MEMORY", "REVOKED", "SPECIAL_EXIT"}
+WAITING = {"PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD", "SUSPENDED"}
+# sinfo node states that cannot run a job now or soon (a trailing * or ~ etc. is stripped first)
+UNUSABLE = {"down", "drained", "draining", "drain", "fail", "failing", "future", "inval", "maint", "powered_down",
+            "power_down", "powering_down", "unknown", "not_responding", "reboot_issued", "reboot_requested"}
+
+
+@dataclass(frozen=True)
+class JobInfo:
+    job_id: int
+    state: str
+    reason: str
+    nodelist: str
+    comment: str
+
+    @property
+    def ended(self) -> bool:
+        return self.state in ENDED
+
+    @property
+    def waiting(self) -> bool:
+        return self.state in WAITING
+
+    def phase(self, prefix: str) -> int | None:
+        """The batch script's status recorded in the comment after ``prefix`` (None: not there yet)."""
+        for part in self.comment.split(","):
+            if part.startswith(prefix):
+                try:
+                    return int(part[len(prefix):])
+                except ValueError:
+                    return None
+        return None
+
+
+def sbatch_argv(opts, *, nnodes: int, job_name: str, time: str, output: str, chdir: str, script: str,
+                nodelist: str | None = None) -> list:
+    """The sbatch command line of one job (options from the cluster config, SLURM_ARGS last but the script)."""
+    argv = ["sbatch", "--parsable", f"--job-name={job_name}", f"--nodes={nnodes}", "--ntasks-per-node=1",
+            f"--time={time}", f"--output={output}", f"--chdir={chdir}"]
+    if opts.partition:
+        argv.append(f"--partition={opts.partition}")
+    if opts.account:
+        argv.append(f"--account={opts.account}")
+    if opts.qos:
+        argv.append(f"--qos={opts.qos}")
+    if opts.gpus_per_node:
+        argv.append(f"--gpus-per-node={opts.gpus_per_node}")
+    if opts.exclusive:
+        argv.append("--exclusive")
+    if nodelist:
+        argv.append(f"--nodelist={nodelist}")
+    argv += list(opts.args)
+    argv.append(script)
+    return argv
+
+
+def step_argv(name: str, python: str, wrapper: str, mode: str, specs: str) -> list:
+    """srun of one step: one task on every node of the job, beside the other steps (--overlap)."""
+    return ["srun", "--overlap", "--nodes=${SLURM_JOB_NUM_NODES}", "--ntasks-per-node=1", f"--job-name={name}",
+            "--kill-on-bad-exit=0", python, wrapper, mode, specs]
+
+
+def _sh(argv) -> str:
+    """A command line for the script: every word quoted once, except the ${SLURM_...} word srun needs expanded."""
+    return " ".join(f'"{a}"' if "${SLURM_" in a else shlex.quote(a) for a in argv)
+
+
+def batch_script(*, title: str, python: str, wrapper: str, specs: str, inline_specs: str | None = None,
+                 hold_s: int = 0) -> str:
+    """The batch script of one job. ``inline_specs``: node-local result directories; the specs travel inside
+    the script and sbcast copies them to every node (``specs`` is then the node-local path). ``hold_s``: keep
+    the allocation that long after the launchers for the driver's copy back (it cancels the job when done)."""
+    lines = [
+        "#!/bin/bash",
+        f"# {title}",
+        "# Written by flagperf (docs/slurm.md); the sbatch options are on its command line (flagperf_run.log).",
+        "set -u",
+        "FLAGPERF_SLURM_HOSTS=$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | paste -sd, -) || exit 3",
+        "export FLAGPERF_SLURM_HOSTS",
+    ]
+    if inline_specs is not None:
+        if "\n" in inline_specs:
+            raise ValueError("inline specs must be one line of JSON")
+        folder = specs.rsplit("/", 1)[0] or "/"
+        lines += [
+            f"specs_here={shlex.quote(specs)}.$SLURM_JOB_ID",
+            _sh(["srun", "--overlap", "--nodes=${SLURM_JOB_NUM_NODES}", "--ntasks-per-node=1", "mkdir", "-p", folder])
+            + " || exit 3",
+            f"cat > \"$specs_here\" <<'{SPECS_END}'",
+            inline_specs,
+            SPECS_END,
+            f"sbcast --force \"$specs_here\" {shlex.quote(specs)} || exit 3",
+        ]
+    lines += [
+        _sh(step_argv(STEP_MONITOR, python, wrapper, "monitor", specs)) + " &",
+        "monitors=$!",
+        _sh(step_argv(STEP_LAUNCHER, python, wrapper, "launch", specs)),
+        "status=$?",
+        f"scontrol update JobId=\"$SLURM_JOB_ID\" Comment=\"{COMMENT_LAUNCHERS}$status\"",
+        "scancel --signal=TERM \"$SLURM_JOB_ID\"      # the monitors: the only steps left",
+        "( sleep 30; kill \"$monitors\" 2>/dev/null ) &",
+        "watchdog=$!",
+        "wait \"$monitors\"",
+        "kill \"$watchdog\" 2>/dev/null",
+        f"scontrol update JobId=\"$SLURM_JOB_ID\" Comment=\"{COMMENT_LAUNCHERS}$status,{COMMENT_DONE}$status\"",
+    ]
+    if hold_s > 0:
+        lines.append(f"sleep {int(hold_s)}       # the driver copies the node directories back, then cancels the job")
+    lines.append("exit \"$status\"")
+    return "\n".join(lines) + "\n"
+
+
+def specs_document(nodes: list, tokens: dict, *, port_placeholder: int | None, exit_file: str, out_file: str,
+                   monitor_out_file: str) -> dict:
+    """What launcher/slurm_node.py reads: one entry per node of the job (in SLURM_NODEID order)."""
+    return {"schema": SPECS_SCHEMA, "tokens": dict(tokens),
+            "port_placeholder": str(port_placeholder) if port_placeholder else None,
+            "exit_file": exit_file, "out_file": out_file, "monitor_out_file": monitor_out_file, "nodes": nodes}
+
+
+def specs_json(doc: dict) -> str:
+    return json.dumps(doc, separators=(",", ":"), sort_keys=True)
+
+
+def substitute(value, table: dict, port: tuple | None = None):
+    """``value`` (JSON-like data) with every key of ``table`` replaced by its value in every string, and
+    ``port`` ((placeholder, real), both strings) replaced where it stands as a whole number: what
+    launcher/slurm_node.py does on the node, done here too so that the driver knows the same paths."""
+    if isinstance(value, str):
+        for old, new in table.items():
+            value = value.replace(old, new)
+        if port is not None:
+            value = re.sub(r"(?<![0-9])%s(?![0-9])" % re.escape(port[0]), port[1], value)
+        return value
+    if isinstance(value, (list, tuple)):
+        return type(value)(substitute(v, table, port) for v in value)
+    if isinstance(value, dict):
+        return {substitute(k, table, port): substitute(v, table, port) for k, v in value.items()}
+    return value
+
+
+# -- what the commands print ---------------------------------------------------------------------------------------
+
+def parse_sbatch(stdout: str) -> int:
+    """The job id of ``sbatch --parsable`` ("123" or "123;cluster"); ValueError when there is none."""
+    text = stdout.strip().splitlines()[-1] if stdout.strip() else ""
+    head = text.split(";", 1)[0].strip()
+    if not head.isdigit():
+        raise ValueError(f"sbatch printed no job id: {stdout.strip()[:200]!r}")
+    return int(head)
+
+
+def parse_squeue(stdout: str) -> dict:
+    """``squeue -h -o SQUEUE_FORMAT`` -> {job id: JobInfo}; lines that are not a job (array tasks, noise) are
+    skipped."""
+    jobs = {}
+    for line in stdout.splitlines():
+        parts = line.split("|", 4)
+        if len(parts) != 5 or not parts[0].strip().isdigit():
+            continue
+        jid, state, reason, nodes, comment = (p.strip() for p in parts)
+        state = state.upper().split()[0] if state else "UNKNOWN"
+        jobs[int(jid)] = JobInfo(int(jid), state, "" if reason in ("None", "(null)") else reason,
+                                 "" if nodes in ("(null)", "None") else nodes,
+                                 "" if comment in ("(null)", "None") else comment)
+    return jobs
+
+
+def parse_steps(stdout: str) -> dict:
+    """``squeue -h -s -o "%i|%j"`` -> {step name: "job.step"} (the last step of a name wins)."""
+    steps = {}
+    for line in stdout.splitlines():
+        step, _, name = line.strip().partition("|")
+        if re.fullmatch(r"\d+\.\d+", step):
+            steps[name.strip()] = step
+    return steps
+
+
+def parse_keyvalues(line: str) -> dict:
+    """One record of ``scontrol show ... -o`` (``Key=Value Key=Value ...``) -> {Key: Value}."""
+    out: dict = {}
+    for m in re.finditer(r"(\w+)=(\S*)", line):
+        out.setdefault(m.group(1), m.group(2))
+    return out
+
+
+def parse_partitions(stdout: str) -> list:
+    """``scontrol show partition -o`` -> one {Key: Value} per partition."""
+    return [parse_keyvalues(line) for line in stdout.splitlines() if line.startswith("PartitionName=")]
+
+
+def parse_sinfo_nodes(stdout: str) -> list:
+    """``sinfo -h -N -o "%N|%T|%G"`` -> [(node, state, gres)], each node once (a node in several partitions is
+    listed once per partition)."""
+    seen, out = set(), []
+    for line in stdout.splitlines():
+        parts = [p.strip() for p in line.split("|")]
+        if len(parts) != 3 or not parts[0] or parts[0] in seen:
+            continue
+        seen.add(parts[0])
+        out.append((parts[0], parts[1].lower(), parts[2]))
+    return out
+
+
+def usable_state(state: str) -> bool:
+    """A node in this sinfo state runs jobs now or once its current jobs end (idle, mixed, allocated, ...)."""
+    base = state.rstrip("*~#!%$@^-+").lower()
+    return bool(base) and base not in UNUSABLE and not any(base.startswith(u) for u in ("drain", "down", "fail"))
+
+
+def gres_gpus(gres: str) -> int | None:
+    """GPUs in a node's gres string ("gpu:8", "gpu:h100:8(S:0-1)", "gpu:a100:4,nic:1"); None: no GPU gres."""
+    total = None
+    for item in re.split(r",(?![^()]*\))", gres or ""):
+        m = re.fullmatch(r"gpu(?::[^:(]+)?:(\d+)(?:\(.*\))?", item.strip())
+        if m:
+            total = (total or 0) + int(m.group(1))
+    return total
+
+
+def time_limit_seconds(value: str) -> int | None:
+    """Seconds of a partition's MaxTime (UNLIMITED, INFINITE, D-HH:MM:SS, HH:MM:SS, minutes); None: no limit."""
+    from flagperf.backends.slurm_config import parse_time
+    if not value or value.upper() in ("UNLIMITED", "INFINITE", "NONE"):
+        return None
+    return parse_time(value)
+
+
+def scheduler_end(info: JobInfo | None) -> tuple | None:
+    """(how the round's wait ends, why) when Slurm itself ended the job (its time limit, a node failure,
+    preemption, a cancel from outside); None when the job ended by its own steps or is still running."""
+    if info is None:
+        return None
+    state, reason = info.state, info.reason
+    jid = info.job_id
+    if state == "TIMEOUT" or reason == "TimeLimit":
+        return "timeout", f"Slurm job {jid} reached its time limit (JobState {state}, reason TimeLimit)"
+    if state == "NODE_FAIL" or reason in ("NodeDown", "NodeFail"):
+        return "host_lost", f"Slurm job {jid} lost a node (JobState {state}, reason {reason or '-'})"
+    if state in ("PREEMPTED", "BOOT_FAIL", "DEADLINE", "OUT_OF_MEMORY", "REVOKED"):
+        return "error", f"Slurm ended job {jid}: JobState {state}" + (f", reason {reason}" if reason else "")
+    return None

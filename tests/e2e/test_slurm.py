@@ -1,0 +1,320 @@
+"""SCHEDULER slurm end to end: a real Slurm cluster on this machine (munged, slurmctld and two slurmd started by
+testbed/slurmbed.py), the real CLI, real sbatch jobs and srun steps, real node launchers and torch ranks.
+
+Every test uses MASTER_PORT from 30400-30499; the daemons listen on 30510 (slurmctld) and 30521-30522 (slurmd).
+"""
+
+import json
+import os
+import re
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from .conftest import only_run_dir, processes_matching, run_cli, start_cli, wait_for, write_conf
+
+
+@pytest.fixture(scope="session")
+def slurm_bed(tmp_path_factory):
+    """A Slurm cluster of two nodes (fpnode1, fpnode2) for the whole session; stopped at the end, and then no
+    daemon nor job step of it may be left in the process table."""
+    from testbed import slurmbed
+    from testbed.realparts import unavailable
+    root = tmp_path_factory.mktemp("slurmbed")
+    bed = slurmbed.SlurmBed(root)
+    try:
+        bed.start()
+    except slurmbed.SlurmBedError as exc:
+        unavailable(f"Slurm test bed unavailable: {exc}")
+    yield bed
+    bed.stop()
+    left = processes_matching(str(bed.root)) + processes_matching("slurmstepd") + processes_matching("slurmd -D")
+    assert left == [], f"processes of the Slurm bed left running: {left}"
+    assert slurmbed.HOSTS_MARK not in Path(slurmbed.HOSTS_FILE).read_text()
+
+
+@pytest.fixture
+def bed(slurm_bed):
+    """The session's bed, with no job in its queue before the test and none left after it."""
+    slurm_bed.cancel_all()
+    yield slurm_bed
+    left = slurm_bed.active_jobs()
+    slurm_bed.cancel_all()
+    assert left == [], f"jobs left in the queue: {left}"
+
+
+def _override(home, model, hw, text):
+    folder = home / "vendors" / "cpu" / model
+    folder.mkdir(exist_ok=True)
+    (folder / f"config_{hw}.yaml").write_text(text)
+
+
+def _conf(tmp_path, bed, cases, port, cluster_keys=None, **test_keys):
+    bed.write_cluster_yaml(tmp_path / "cluster.yaml", MASTER_PORT=port, **(cluster_keys or {}))
+    return write_conf(tmp_path, cases, CLUSTER="cluster.yaml", **test_keys)
+
+
+def _summary(tmp_path):
+    run = only_run_dir(tmp_path / "result")
+    return run, json.loads((run / "summary.json").read_text())
+
+
+def _table(out):
+    """{first column: (outcome, detail, remedy)} of a rich table, wrapped cells joined."""
+    rows: dict = {}
+    last = None
+    for line in out.splitlines():
+        if not line.startswith("│"):
+            continue
+        cells = [c.strip() for c in line.strip("│").split("│")]
+        if len(cells) != 4:
+            continue
+        if cells[0]:
+            last = cells[0]
+            rows[last] = cells[1:]
+        elif last is not None:
+            rows[last] = [f"{a} {b}".strip() for a, b in zip(rows[last], cells[1:])]
+    return {k: tuple(v) for k, v in rows.items()}
+
+
+def _no_strays(tmp_path):
+    """Nothing of this test runs any more: every process of it has its tmp_path (FLAGPERF_HOME, the run
+    directory) on its command line (wrapper, node launcher, ranks, monitor)."""
+    left = processes_matching(str(tmp_path))
+    assert left == [], f"left running: {[Path(f'/proc/{p}/cmdline').read_bytes()[:200] for p in left]}"
+
+
+def test_two_nodes_two_ranks_gloo_collectives(tmp_path, bed, flagperf_home):
+    _override(flagperf_home, "collectives", "slurm", 'ops: [all_reduce, broadcast]\nsizes: ["64K"]\n'
+                                                      'time_budget_s: 0.4\n')
+    conf = _conf(tmp_path, bed, {"collectives:pytorch:slurm:2:2:1": "null"}, 30401)
+    code, out, err = run_cli(["run", "--config", conf], home=flagperf_home, timeout=240)
+    assert code == 0, out + err
+    run, summary = _summary(tmp_path)
+    assert summary["backend"] == "slurm" and summary["status"] == "passed"
+    (case,) = summary["cases"]
+    (rnd,) = case["rounds"]
+    assert [n["node"] for n in rnd["nodes"]] == ["fpnode1_noderank0", "fpnode2_noderank1"]
+    assert rnd["finished"]["metric"] == "busbw_all_reduce" and rnd["finished"]["value"] > 0
+    round_dir = run / case["name"] / "round1"
+    for node, ranks in (("fpnode1_noderank0", (0, 1)), ("fpnode2_noderank1", (2, 3))):
+        d = round_dir / node
+        report = json.loads((d / "ranks.json").read_text())
+        assert [(r["rank"], r["exit_code"]) for r in report["ranks"]] == [(r, 0) for r in ranks]
+        for r in ranks:
+            assert "[PerfLog]" in (d / f"rank{r}.out.log").read_text()
+        launch = json.loads((d / "launch.json").read_text())
+        assert launch["env"]["MASTER_ADDR"] == "fpnode1" and launch["env"]["MASTER_PORT"] == "30401"
+        assert launch["out_dir"] == str(d)
+        assert (d / "cpu_monitor.log").stat().st_size > 0 and (d / "monitor_status.json").is_file()
+        assert json.loads((d / "slurm_exit.json").read_text())["exit_code"] == 0
+    # one job: its batch script, specs and output beside the node directories, and nowhere else
+    script = (round_dir / "slurm" / "job.sh").read_text()
+    assert "--job-name=flagperf-launcher" in script and "--overlap" in script
+    assert sorted(p.name for p in round_dir.iterdir()) == ["fpnode1_noderank0", "fpnode2_noderank1", "slurm"]
+    log = (run / "flagperf_run.log").read_text()
+    assert re.search(r"slurm: \$ sbatch --parsable .*--nodes=2 --ntasks-per-node=1 .*--partition=fpq --exclusive",
+                     log), log
+    assert re.search(r"slurm: job \d+ runs on fpnode1, fpnode2", log)
+    assert not list(flagperf_home.glob("result"))       # shared results: nothing under FLAGPERF_PATH
+    _no_strays(tmp_path)
+
+
+def test_a_failing_rank_is_recorded_and_the_next_case_runs(tmp_path, bed, flagperf_home):
+    _override(flagperf_home, "sleeper", "fail", "fail_rank: 3\nfail_code: 5\nfail_after_s: 1\nsleep_s: 120\n")
+    conf = _conf(tmp_path, bed, {"sleeper:pytorch:fail:2:2:1": "null", "sleeper:pytorch:next:1:1:1": "null"},
+                 30405)
+    t0 = time.monotonic()
+    code, out, err = run_cli(["run", "--config", conf], home=flagperf_home, timeout=180)
+    took = time.monotonic() - t0
+    assert code == 1, out + err
+    assert took < 60, took                      # not the 120 s the other ranks would sleep
+    run, summary = _summary(tmp_path)
+    first, second = summary["cases"]
+    rnd = first["rounds"][0]
+    assert first["status"] == "failed" and rnd["failure"]["rank"] == 3 and rnd["failure"]["exit_code"] == 5
+    assert rnd["failure"]["node"] == "fpnode2_noderank1", rnd["failure"]
+    assert "rank 3 failed (exit code 5)" in out
+    d = run / first["name"] / "round1"
+    failed = json.loads((d / "fpnode2_noderank1" / "ranks.json").read_text())
+    assert failed["first_failure"] == 3
+    assert {r["rank"]: r["exit_code"] for r in failed["ranks"]}[3] == 5     # the rank's own code, not srun's
+    stopped = json.loads((d / "fpnode1_noderank0" / "ranks.json").read_text())
+    assert stopped["first_failure"] is None and stopped["signalled"]
+    assert [(r["exit_code"], r["stopped_by_launcher"]) for r in stopped["ranks"]] == [(-signal.SIGTERM, True)] * 2
+    assert second["status"] == "passed" and second["rounds"][0]["nodes"][0]["node"].endswith("_noderank0")
+    _no_strays(tmp_path)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_an_interrupt_cancels_the_job(tmp_path, bed, flagperf_home, sig):
+    _override(flagperf_home, "sleeper", "long", "sleep_s: 120\n")
+    conf = _conf(tmp_path, bed, {"sleeper:pytorch:long:2:2:1": "null"}, 30410 + int(sig))
+    proc = start_cli(["run", "--config", conf], home=flagperf_home, start_new_session=True)
+    try:
+        wait_for(lambda: list((tmp_path / "result").glob("run*/*/round1/fpnode2_noderank1/rank3.out.log")), 60,
+                 "the ranks to start")
+        assert bed.active_jobs(), "no job while the ranks run"
+        t0 = time.monotonic()
+        os.killpg(proc.pid, sig) if sig == signal.SIGINT else proc.send_signal(sig)
+        out, err = proc.communicate(timeout=60)
+        took = time.monotonic() - t0
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130, out + err
+    assert took < 10, took
+    assert "Traceback" not in out + err
+    assert bed.active_jobs() == []
+    run, summary = _summary(tmp_path)
+    rnd = summary["cases"][0]["rounds"][0]
+    assert summary["status"] == "interrupted" and rnd["status"] == "interrupted"
+    ranks = json.loads((run / summary["cases"][0]["name"] / "round1" / "fpnode1_noderank0" / "ranks.json")
+                       .read_text())
+    assert ranks["signalled"] and all(r["exit_code"] is not None for r in ranks["ranks"])
+    _no_strays(tmp_path)
+
+
+def test_a_pending_job_times_out_with_its_reason_and_the_next_case_runs(tmp_path, bed, flagperf_home):
+    # another user's job holds fpnode1 whole: a 2-node job waits (Resources), a 1-node job gets fpnode2
+    blocker = bed.run(["sbatch", "--parsable", "-N1", "-w", "fpnode1", "--exclusive", "--time=5", "-o", "/dev/null",
+                       "--wrap", "sleep 300"]).stdout.strip()
+    wait_for(lambda: bed.run(["squeue", "-h", "-j", blocker, "-o", "%T"]).stdout.strip() == "RUNNING", 20,
+             "the blocking job to run")
+    try:
+        conf = _conf(tmp_path, bed, {"sleeper:pytorch:x:2:1:2": "null", "sleeper:pytorch:y:1:1:1": "null"}, 30420,
+                     {"SLURM_PENDING_TIMEOUT": 3})
+        t0 = time.monotonic()
+        code, out, err = run_cli(["run", "--config", conf], home=flagperf_home, timeout=120)
+        took = time.monotonic() - t0
+        assert bed.active_jobs() == [int(blocker)]      # ours were cancelled
+    finally:
+        bed.cancel_all()
+    assert code == 1, out + err
+    assert took < 30, took
+    run, summary = _summary(tmp_path)
+    first, second = summary["cases"]
+    r1, r2 = first["rounds"]
+    assert first["status"] == "failed" and r1["status"] == "error"
+    assert re.fullmatch(r"Slurm job \d+ was still pending after SLURM_PENDING_TIMEOUT 3 s \(squeue reason: "
+                        r"Resources\); cancelled", r1["failure"]["reason"]), r1["failure"]
+    assert r2["status"] == "error" and r2["failure"]["reason"].startswith("not submitted: an earlier round")
+    assert second["status"] == "passed"
+    assert [n["node"] for n in second["rounds"][0]["nodes"]] == ["fpnode2_noderank0"]
+
+
+def test_a_job_killed_by_its_time_limit_fails_with_that_reason(tmp_path, bed, flagperf_home):
+    _override(flagperf_home, "sleeper", "forever", "sleep_s: 600\n")
+    conf = _conf(tmp_path, bed, {"sleeper:pytorch:forever:2:1:1": "null"}, 30430, {"SLURM_TIME": 1})
+    t0 = time.monotonic()
+    code, out, err = run_cli(["run", "--config", conf], home=flagperf_home, timeout=300)
+    took = time.monotonic() - t0
+    assert code == 1, out + err
+    assert 55 < took < 200, took                # Slurm's limit is whole minutes, checked every 30 s or so
+    run, summary = _summary(tmp_path)
+    rnd = summary["cases"][0]["rounds"][0]
+    assert rnd["status"] == "timeout", rnd
+    assert re.fullmatch(r"Slurm job \d+ reached its time limit \(JobState \w+, reason TimeLimit\)",
+                        rnd["failure"]["reason"]), rnd["failure"]
+    comp = (bed.root / "jobcomp.txt").read_text()
+    assert "JobState=TIMEOUT" in comp and "TimeLimit=1 " in comp
+    assert "--time=1 " in (run / "flagperf_run.log").read_text()
+    _no_strays(tmp_path)
+
+
+def test_each_runs_one_pinned_job_per_node_and_ranks_them(tmp_path, bed, flagperf_home):
+    _override(flagperf_home, "sleeper", "each", 'sleep_s: 0.3\nslow_hosts: {"fpnode2": 4}\n')
+    conf = _conf(tmp_path, bed, {"sleeper:pytorch:each:each:2:1": "null"}, 30440)
+    code, out, err = run_cli(["run", "--config", conf], home=flagperf_home, timeout=180)
+    assert code in (0, 1), out + err            # with two hosts the outlier rule has too little to go on
+    run, summary = _summary(tmp_path)
+    (case,) = summary["cases"]
+    assert case["each"] is True and case["nnodes"] == 2 and case["status"] == "passed"
+    (rnd,) = case["rounds"]
+    assert [n["node"] for n in rnd["nodes"]] == ["fpnode1_noderank0", "fpnode2_noderank0"]
+    for i, node in enumerate(("fpnode1", "fpnode2")):
+        launch = json.loads((run / case["name"] / "round1" / f"{node}_noderank0" / "launch.json").read_text())
+        assert (launch["env"]["MASTER_ADDR"], launch["env"]["MASTER_PORT"], launch["env"]["WORLD_SIZE"]) == \
+            (node, str(30440 + i), "2")
+    log = (run / "flagperf_run.log").read_text()
+    assert len(re.findall(r"slurm: \$ sbatch .*--nodes=1 .*--nodelist=fpnode[12] ", log)) == 2, log
+    (ranking,) = summary["rankings"]
+    assert [e["host"] for e in ranking["entries"] if e["gpu"] is None] == ["fpnode1", "fpnode2"]
+    assert "hosts ranked by slept_s" in out
+
+
+def test_node_local_results_are_copied_back_by_a_step(tmp_path, bed, flagperf_home):
+    _override(flagperf_home, "sleeper", "local", "sleep_s: 0.5\n")
+    conf = _conf(tmp_path, bed, {"sleeper:pytorch:local:2:1:1": "null"}, 30450, {"SLURM_SHARED_FS": False})
+    code, out, err = run_cli(["run", "--config", conf], home=flagperf_home, timeout=180)
+    assert code == 0, out + err
+    run, summary = _summary(tmp_path)
+    name = summary["cases"][0]["name"]
+    for i, node in enumerate(("fpnode1_noderank0", "fpnode2_noderank1")):
+        here = run / name / "round1" / node
+        there = flagperf_home / "result" / run.name / name / "round1" / node
+        assert (there / f"rank{i}.out.log").read_bytes() == (here / f"rank{i}.out.log").read_bytes()
+        assert json.loads((here / "ranks.json").read_text())["ranks"][0]["exit_code"] == 0
+    log = (run / "flagperf_run.log").read_text()
+    assert "--job-name=flagperf-collect" in log and re.search(r"collected \d+ file\(s\)", log)
+    assert "sbcast --force" in (run / name / "round1" / "slurm" / "job.sh").read_text()
+
+
+def test_check_reports_partition_nodes_gpus_account_and_qos(tmp_path, bed, flagperf_home):
+    conf = _conf(tmp_path, bed, {"sleeper:pytorch:x:2:1:1": "null"}, 30460)
+    code, out, err = run_cli(["check", "--config", conf], home=flagperf_home)
+    assert code == 0, out + err
+    rows = _table(out)
+    assert list(rows) == ["partition", "nodes", "gpus", "account", "qos"], out
+    assert all(outcome == "ok" for outcome, _, _ in rows.values()), out
+    assert rows["partition"][1].startswith("fpq: State=UP, 2 node(s) fpnode[1-2]"), rows
+    assert rows["nodes"][1].startswith("2 of 2 node(s) usable (2 idle"), rows
+    assert rows["gpus"][1] == "VENDOR cpu needs no GPU; gres per node: gpu:2", rows
+    assert rows["account"][1] == "SLURM_ACCOUNT not set: jobs use the default account"
+
+    # an account the partition denies, a QOS with it, more GPUs than the nodes have: one line each, exit 3
+    (tmp_path / "bad.yaml").write_text(
+        f"SCHEDULER: slurm\nSLURM_CONF: {bed.conf}\nSLURM_PARTITION: fpacct\nSLURM_ACCOUNT: fpdenied\n"
+        f"SLURM_QOS: normal\nSLURM_GPUS_PER_NODE: 4\nMASTER_PORT: 30461\n")
+    code, out, err = run_cli(["check", "--config", conf, "--cluster", tmp_path / "bad.yaml"], home=flagperf_home)
+    assert code == 3, out + err
+    rows = _table(out)
+    assert rows["partition"][0] == "ok" and rows["nodes"][0] == "ok", rows
+    outcome, detail, remedy = rows["account"]
+    assert outcome == "account_refused", rows
+    assert detail.startswith("account fpdenied on partition fpacct: sbatch refused a test job: ") and \
+        "Requested partition configuration not available" in detail, detail
+    assert "sacctmgr show assoc" in remedy
+    assert rows["qos"][0] == "qos_refused" and rows["qos"][1].startswith("qos normal (with SLURM_ACCOUNT fpdenied)")
+    assert rows["gpus"][:2] == ("too_few_accelerators", "2 GPU(s) per node (gres: gpu:2); the cases need 4"), rows
+    assert bed.active_jobs() == []          # the held test jobs of an accepted account are cancelled at once
+
+    # a DOWN partition; a partition that does not exist
+    for partition, name, outcome in (("fpdown", "partition", "partition_down"), ("nosuch", "slurm",
+                                                                                 "partition_missing")):
+        (tmp_path / "p.yaml").write_text(f"SCHEDULER: slurm\nSLURM_CONF: {bed.conf}\nSLURM_PARTITION: {partition}\n"
+                                         f"MASTER_PORT: 30462\n")
+        code, out, err = run_cli(["check", "--config", conf, "--cluster", tmp_path / "p.yaml"], home=flagperf_home)
+        assert code == 3 and _table(out)[name][0] == outcome, out
+    assert "Partition nosuch not found" in _table(out)["slurm"][1]
+    # and a run stops before submitting anything
+    code, out, err = run_cli(["run", "--config", conf, "--cluster", tmp_path / "p.yaml"], home=flagperf_home)
+    assert code == 3, out + err
+    assert "partition_missing" in out and bed.active_jobs() == []
+
+
+def test_dry_run_prints_the_sbatch_line_and_the_batch_script_and_submits_nothing(tmp_path, bed, flagperf_home):
+    before = (bed.root / "jobcomp.txt").read_text() if (bed.root / "jobcomp.txt").exists() else ""
+    conf = _conf(tmp_path, bed, {"sleeper:pytorch:x:2:2:1": "null"}, 30470)
+    code, out, err = run_cli(["run", "--config", conf, "--dry-run"], home=flagperf_home)
+    assert code == 0, out + err
+    assert "node 0 on {slurm-node0}" in out and "MASTER_ADDR={slurm-node0}" in out
+    assert re.search(r"\$ sbatch --parsable --job-name=flagperf-run\S+-sleeper-pytorch-x-2x2-r1 --nodes=2 "
+                     r"--ntasks-per-node=1 --time=\d+ --output=\S+/round1/slurm/job-%j.out", out), out
+    assert "| srun --overlap" in out and "slurm_node.py launch" in out and "slurm_node.py monitor" in out
+    assert "a task of the round's job" in out
+    assert not (tmp_path / "result").exists() or not list((tmp_path / "result").iterdir())
+    after = (bed.root / "jobcomp.txt").read_text() if (bed.root / "jobcomp.txt").exists() else ""
+    assert after == before and bed.active_jobs() == []

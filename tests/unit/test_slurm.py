@@ -1,0 +1,333 @@
+"""SCHEDULER slurm, the parts that need no cluster: its cluster keys (through the real CLI for the errors), the
+sbatch line and the batch script (checked by bash itself), the reading of sbatch/squeue/sinfo/scontrol output,
+the placeholders the driver and launcher/slurm_node.py fill in alike, and slurm_node.py as a real process.
+(Against a real Slurm cluster: tests/e2e/test_slurm.py.)"""
+
+import importlib.util
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from flagperf.backends.slurm import _replace_strings
+from flagperf.backends.slurm_config import PLACEHOLDER_PORT, SlurmOptions, derived_port, parse_time
+from flagperf.backends.slurm_script import (COMMENT_DONE, COMMENT_LAUNCHERS, JobInfo, batch_script, gres_gpus,
+                                            parse_partitions, parse_sbatch, parse_sinfo_nodes, parse_squeue,
+                                            parse_steps, sbatch_argv, scheduler_end, specs_document, substitute,
+                                            time_limit_seconds, usable_state)
+from flagperf.config import load_config
+from flagperf.plan import build_plan
+
+REPO = Path(__file__).resolve().parents[2]
+PREFIX = "flagperf: config error: "
+
+
+def _wrapper():
+    spec = importlib.util.spec_from_file_location("slurm_node", REPO / "launcher" / "slurm_node.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _configs(tmp_path, cluster: str, cases=('"gemm:pytorch:x:3:2:1": null',), runtime="bare"):
+    (tmp_path / "cluster.yaml").write_text(cluster)
+    (tmp_path / "test_conf.yaml").write_text(
+        f"VENDOR: cpu\nRUNTIME: {runtime}\nFLAGPERF_LOG_PATH: result\nCLUSTER: cluster.yaml\nCASES:\n"
+        + "".join(f"  {c}\n" for c in cases))
+    return tmp_path / "test_conf.yaml"
+
+
+# -- configuration -----------------------------------------------------------------------------------------------
+
+def test_a_slurm_cluster_needs_no_hosts_and_plans_placeholder_nodes(tmp_path):
+    (tmp_path / "slurm.conf").write_text("# a cluster's\n")
+    conf = _configs(tmp_path, "SCHEDULER: slurm\nSLURM_PARTITION: gpu\nSLURM_ACCOUNT: proj1\nSLURM_QOS: high\n"
+                              "SLURM_TIME: '00:30:00'\nSLURM_GPUS_PER_NODE: 8\nSLURM_EXCLUSIVE: false\n"
+                              "SLURM_ARGS: [--constraint=h100, --reservation=bench]\nSLURM_CONF: slurm.conf\n"
+                              "SLURM_PENDING_TIMEOUT: 90\nSLURM_SHARED_FS: false\nPYTHON: /opt/py/bin/python3\n",
+                    cases=('"gemm:pytorch:x:3:2:1": null', '"gemm:pytorch:y:each:2:1": null'))
+    cfg = load_config(conf)
+    c = cfg.cluster
+    o = c.options
+    assert c.scheduler == "slurm" and isinstance(o, SlurmOptions)
+    assert (o.partition, o.account, o.qos, o.time, o.gpus_per_node, o.exclusive, o.args, o.conf,
+            o.pending_timeout, o.shared_fs, o.python) == \
+        ("gpu", "proj1", "high", "00:30:00", 8, False, ("--constraint=h100", "--reservation=bench"),
+         str(tmp_path / "slurm.conf"), 90.0, False, "/opt/py/bin/python3")
+    assert [h.address for h in c.hosts] == ["{slurm-node0}", "{slurm-node1}", "{slurm-node2}"]
+    assert all(h.python == "/opt/py/bin/python3" and not h.is_local for h in c.hosts)
+    assert o.derived_port and c.master_port == PLACEHOLDER_PORT     # MASTER_PORT unset: from the job id
+    eff = cfg.to_dict()["cluster"]
+    assert eff["SCHEDULER"] == "slurm" and eff["SLURM_PARTITION"] == "gpu" and eff["SLURM_SHARED_FS"] is False
+    plan = build_plan(cfg, "run1")
+    node = plan.cases[0].rounds[0].nodes[1]
+    assert node.label == "{slurm-node1}_noderank1" and node.master_addr == "{slurm-node0}"
+    # node-local results: the nodes write under FLAGPERF_PATH/result, like SSH hosts
+    assert node.node_dir.startswith(f"{cfg.test.flagperf_path}/result/run1/")
+
+
+def test_shared_results_put_the_node_directories_in_the_run_directory(tmp_path):
+    conf = _configs(tmp_path, "SCHEDULER: slurm\nMASTER_PORT: 30499\n")
+    cfg = load_config(conf)
+    assert not cfg.cluster.options.derived_port and cfg.cluster.master_port == 30499
+    assert cfg.cluster.options.sbatch_time(cfg.test.case_timeout) == "125"     # CASE_TIMEOUT 2 h + 5 min
+    node = build_plan(cfg, "run1").cases[0].rounds[0].nodes[0]
+    assert node.node_dir == str(node.local_dir)
+
+
+@pytest.mark.parametrize("value, seconds", [(30, 1800), ("30", 1800), ("5:30", 330), ("01:00:00", 3600),
+                                            ("2-00:00:00", 172800), ("1-12", 129600), ("0:0:0", None),
+                                            ("1:60", None), ("ten", None), (True, None), (-1, None)])
+def test_sbatch_time_values(value, seconds):
+    assert parse_time(value) == seconds
+
+
+def test_bad_slurm_keys_are_one_line_each_naming_file_line_key(tmp_path, run_cli):
+    conf = _configs(tmp_path, "SCHEDULER: slurm\nSLURM_TIME: soon\nSLURM_ARGS: ['--nodes=4', '-p', 7]\n"
+                              "SLURM_GPUS_PER_NODE: 0\nSLURM_EXCLUSIVE: yes please\nSLURM_CONF: missing.conf\n"
+                              "SLURM_PENDING_TIMEOUT: 0\nSLURM_PARTITON: gpu\nHOSTS: [a, b]\n"
+                              "SLURM_PARTITION: 'a b'\n", runtime="docker")
+    rc, out, err = run_cli("run", "--config", conf, "--dry-run")
+    assert rc == 2 and out == "" and "Traceback" not in err, err
+    lines = err.splitlines()
+    cluster = tmp_path / "cluster.yaml"
+    expected = [
+        (2, "SLURM_TIME: expected a time limit per round as sbatch --time takes it"),
+        (3, "SLURM_ARGS[0]: '--nodes=4': flagperf sets --nodes itself (from the case's nnodes); remove it"),
+        (3, "SLURM_ARGS[1]: '-p': flagperf sets -p itself (from SLURM_PARTITION); remove it"),
+        (3, "SLURM_ARGS[2]: expected a non-empty string (one sbatch argument), got 7"),
+        (4, "SLURM_GPUS_PER_NODE: expected a number of GPUs per node from 1 to 1024, got 0"),
+        (5, "SLURM_EXCLUSIVE: expected true or false, got str 'yes please'"),
+        (6, f"SLURM_CONF: expected a slurm.conf file, {tmp_path / 'missing.conf'} does not exist"),
+        (7, "SLURM_PENDING_TIMEOUT: expected a number of seconds > 0"),
+        (8, "SLURM_PARTITON: unknown key; did you mean SLURM_PARTITION?"),
+        (9, "HOSTS: not used with SCHEDULER slurm (Slurm picks the nodes of every job)"),
+        (10, "SLURM_PARTITION: expected a Slurm name (letters, digits, _ . + -), got 'a b'"),
+    ]
+    for line, text in expected:
+        assert any(x.startswith(f"{PREFIX}{cluster}:{line}: {text}") for x in lines), (line, text, err)
+    assert any(x.startswith(f"{PREFIX}{tmp_path / 'test_conf.yaml'}:2: RUNTIME: expected one of bare (the runtimes "
+                            f"of SCHEDULER 'slurm'), got 'docker': Docker's containers are started by dockerd")
+               for x in lines), err
+    assert len(lines) == len(expected) + 1, err
+
+
+def test_slurm_keys_are_unknown_to_the_ssh_scheduler(tmp_path, run_cli):
+    conf = _configs(tmp_path, "HOSTS: [localhost]\nSLURM_PARTITION: gpu\n", cases=('"gemm:pytorch:x:1:1:1": null',))
+    rc, out, err = run_cli("run", "--config", conf, "--dry-run")
+    assert rc == 2 and err.strip() == f"{PREFIX}{tmp_path / 'cluster.yaml'}:2: SLURM_PARTITION: unknown key; " \
+                                      f"known keys: SCHEDULER, HOSTS, SSH_PORT, SSH_USER, SSH_KEY, KNOWN_HOSTS, " \
+                                      f"MASTER_PORT, PYTHON", err
+
+
+# -- sbatch, the batch script -------------------------------------------------------------------------------------
+
+def test_sbatch_line_has_every_option_and_the_extra_arguments_last():
+    opts = SlurmOptions(partition="gpu", account="proj", qos="high", gpus_per_node=8, exclusive=True,
+                        args=("--constraint=h100",))
+    argv = sbatch_argv(opts, nnodes=2, job_name="flagperf-r-c-r1", time="30", output="/r/slurm/job-%j.out",
+                       chdir="/fp", script="/r/slurm/job.sh", nodelist="n7")
+    assert argv == ["sbatch", "--parsable", "--job-name=flagperf-r-c-r1", "--nodes=2", "--ntasks-per-node=1",
+                    "--time=30", "--output=/r/slurm/job-%j.out", "--chdir=/fp", "--partition=gpu", "--account=proj",
+                    "--qos=high", "--gpus-per-node=8", "--exclusive", "--nodelist=n7", "--constraint=h100",
+                    "/r/slurm/job.sh"]
+    bare = sbatch_argv(SlurmOptions(exclusive=False), nnodes=1, job_name="j", time="5", output="o", chdir="/",
+                       script="s")
+    assert bare == ["sbatch", "--parsable", "--job-name=j", "--nodes=1", "--ntasks-per-node=1", "--time=5",
+                    "--output=o", "--chdir=/", "s"]
+
+
+@pytest.mark.parametrize("inline", [False, True])
+def test_batch_script_is_valid_bash_and_quotes_odd_paths_once(tmp_path, inline):
+    odd = "/data/odd dir 'q' $(touch PWNED) `x`"
+    specs = specs_document([{"node_dir": odd}], {"{slurm-node0}": 0}, port_placeholder=None, exit_file="e",
+                           out_file="o", monitor_out_file="m")
+    text = batch_script(title="flagperf run1 case round 1", python=f"{odd}/python3", wrapper=f"{odd}/slurm_node.py",
+                        specs=f"{odd}/slurm/nodes.json", inline_specs=json.dumps(specs) if inline else None,
+                        hold_s=60 if inline else 0)
+    script = tmp_path / "job.sh"
+    script.write_text(text)
+    check = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)
+    assert check.returncode == 0, check.stderr
+    assert text.startswith("#!/bin/bash\n# flagperf run1 case round 1\n")
+    quoted = "'/data/odd dir '\"'\"'q'\"'\"' $(touch PWNED) `x`/"
+    assert f"--job-name=flagperf-launcher --kill-on-bad-exit=0 {quoted}python3' {quoted}slurm_node.py' launch " \
+           f"{quoted}slurm/nodes.json'\n" in text
+    assert f"{quoted}slurm_node.py' monitor {quoted}slurm/nodes.json' &\n" in text
+    assert text.count('"--nodes=${SLURM_JOB_NUM_NODES}"') == (3 if inline else 2)
+    assert f'Comment="{COMMENT_LAUNCHERS}$status"' in text and f'{COMMENT_DONE}$status"' in text
+    assert ("sleep 60" in text) == inline and ("sbcast --force" in text) == inline
+    if inline:      # the specs travel inside, on one line, under a quoted delimiter (no expansion)
+        assert "<<'FLAGPERF_SPECS_END'\n" + json.dumps(specs) + "\nFLAGPERF_SPECS_END\n" in text
+    with pytest.raises(ValueError):
+        batch_script(title="t", python="p", wrapper="w", specs="/s", inline_specs="{\n}")
+
+
+# -- what the commands print --------------------------------------------------------------------------------------
+
+def test_sbatch_squeue_and_steps_output():
+    assert parse_sbatch("1234\n") == 1234 and parse_sbatch("77;cluster2\n") == 77
+    with pytest.raises(ValueError):
+        parse_sbatch("sbatch: error: something\n")
+    jobs = parse_squeue("12|PENDING|Resources|(null)|(null)\n"
+                        "13|RUNNING|None|fp[1-2]|flagperf:launchers=0\n"
+                        "14|COMPLETING|TimeLimit|fp1|flagperf:launchers=1,flagperf:done=1\n"
+                        "15_3|RUNNING|None|x|\n"
+                        "16|PENDING|(ReqNodeNotAvail, UnavailableNodes:fp1)|(null)|a|b\n")
+    assert set(jobs) == {12, 13, 14, 16}
+    assert jobs[12] == JobInfo(12, "PENDING", "Resources", "", "") and jobs[12].waiting and not jobs[12].ended
+    assert jobs[13].nodelist == "fp[1-2]" and jobs[13].phase(COMMENT_LAUNCHERS) == 0
+    assert jobs[13].phase(COMMENT_DONE) is None
+    assert jobs[14].phase(COMMENT_LAUNCHERS) == 1 and jobs[14].phase(COMMENT_DONE) == 1 and not jobs[14].ended
+    assert jobs[16].reason == "(ReqNodeNotAvail, UnavailableNodes:fp1)" and jobs[16].comment == "a|b"
+    assert parse_squeue("9|TIMEOUT|TimeLimit|fp1|(null)")[9].ended
+    assert parse_steps("5.0|flagperf-monitor\n5.1|flagperf-launcher\n5.batch|batch\n5.extern|extern\n") == \
+        {"flagperf-monitor": "5.0", "flagperf-launcher": "5.1"}
+
+
+def test_partitions_nodes_and_gres():
+    line = ("PartitionName=fpq AllowGroups=ALL AllowAccounts=ALL Default=YES MaxNodes=UNLIMITED MaxTime=1-00:00:00 "
+            "Nodes=fp[1-2] State=UP TotalCPUs=4 TotalNodes=2 TRES=cpu=4,mem=2M,node=2,billing=4")
+    (p,) = parse_partitions(line + "\n")
+    assert (p["PartitionName"], p["Default"], p["State"], p["Nodes"], p["TotalNodes"], p["TRES"]) == \
+        ("fpq", "YES", "UP", "fp[1-2]", "2", "cpu=4,mem=2M,node=2,billing=4")
+    assert time_limit_seconds(p["MaxTime"]) == 86400 and time_limit_seconds("UNLIMITED") is None
+    nodes = parse_sinfo_nodes("fp1|idle|gpu:2\nfp1|idle|gpu:2\nfp2|down*|gpu:h100:8(S:0-1)\nfp3|MIXED|(null)\n")
+    assert nodes == [("fp1", "idle", "gpu:2"), ("fp2", "down*", "gpu:h100:8(S:0-1)"), ("fp3", "mixed", "(null)")]
+    assert [usable_state(s) for s in ("idle", "mixed", "allocated", "completing", "idle~", "down*", "drained",
+                                      "draining", "drng", "fail", "maint", "future", "unknown")] == \
+        [True, True, True, True, True, False, False, False, True, False, False, False, False]
+    assert [gres_gpus(g) for g in ("gpu:2", "gpu:h100:8(S:0-1)", "gpu:a100:4,nic:1", "gpu:a:2,gpu:b:2", "(null)",
+                                   "nic:1", "")] == [2, 8, 4, 4, None, None, None]
+
+
+def test_scheduler_end_names_time_limit_lost_nodes_and_preemption():
+    def end(state, reason=""):
+        return scheduler_end(JobInfo(7, state, reason, "fp1", ""))
+    assert end("TIMEOUT", "TimeLimit") == ("timeout", "Slurm job 7 reached its time limit (JobState TIMEOUT, "
+                                                      "reason TimeLimit)")
+    assert end("COMPLETING", "TimeLimit")[0] == "timeout"
+    assert end("NODE_FAIL", "NodeDown")[0] == "host_lost"
+    assert end("PREEMPTED")[0] == "error" and end("OUT_OF_MEMORY")[0] == "error"
+    assert end("COMPLETED") is None and end("FAILED", "NonZeroExitCode") is None and scheduler_end(None) is None
+
+
+# -- placeholders: the driver and the node fill them in alike -----------------------------------------------------
+
+def test_driver_and_node_fill_in_the_same_names_paths_and_port(tmp_path):
+    conf = _configs(tmp_path, "SCHEDULER: slurm\n", cases=('"gemm:pytorch:x:2:2:1": null',))
+    cfg = load_config(conf)
+    nodes = build_plan(cfg, "run20990101000000-abcdef").cases[0].rounds[0].nodes
+    tokens = {n.host.address: i for i, n in enumerate(nodes)}
+    from flagperf.backends.slurm import _node_spec
+    doc = specs_document([_node_spec(n) for n in nodes], tokens, port_placeholder=PLACEHOLDER_PORT,
+                         exit_file="slurm_exit.json", out_file="launcher.out.log", monitor_out_file="monitor.out.log")
+    wrapper = _wrapper()
+    assert wrapper.PORT_BASE + 12345 % wrapper.PORT_SPAN == derived_port(12345) == 22345
+    hosts = ["gpu-a17", "gpu-b02"]
+    port = (str(PLACEHOLDER_PORT), str(derived_port(4242)))
+    for i, node in enumerate(nodes):
+        on_node = wrapper.node_spec(json.loads(json.dumps(doc)), i, hosts, 4242)
+        here = _replace_strings(node, {n.host.address: hosts[k] for k, n in enumerate(nodes)}, port)
+        assert on_node["node_dir"] == here.node_dir == str(here.local_dir)
+        assert here.label == f"{hosts[i]}_noderank{i}" and here.host.address == hosts[i]
+        assert on_node["files"]["launch.json"] == here.launch.to_dict()
+        assert here.launch.env["MASTER_ADDR"] == "gpu-a17" and here.launch.env["MASTER_PORT"] == "24242"
+        assert on_node["launcher_argv"] == list(here.launcher_argv)
+        assert on_node["monitor_argv"] == list(here.monitor_argv)
+        assert "{slurm-node" not in json.dumps(on_node)
+    assert substitute(["a59301", "59301", "x:59301/", "1593012"], {}, port) == ["a24242", "24242", "x:24242/",
+                                                                                "1593012"]
+
+
+def test_the_node_refuses_bad_specs():
+    w = _wrapper()
+    doc = {"schema": w.SPECS_SCHEMA, "tokens": {"{slurm-node0}": 0}, "nodes": [
+        {"node_dir": "/r/{slurm-node0}_noderank0", "launcher_argv": ["x"], "monitor_argv": ["y"]}]}
+    assert w.node_spec(doc, 0, ["n1"], 1)["node_dir"] == "/r/n1_noderank0"
+    for bad_doc, node_id, hosts, words in (
+            ({"schema": "other"}, 0, ["n1"], "not a flagperf Slurm specs file"),
+            (doc, 1, ["n1", "n2"], "no spec for SLURM_NODEID 1"),
+            (doc, 0, ["n1;rm -rf /"], "is not a host name"),
+            (dict(doc, tokens={"{slurm-node0}": 3}), 0, ["n1"], "names host 3 of an allocation of 1"),
+            (dict(doc, nodes=[dict(doc["nodes"][0], node_dir="r/../x")]), 0, ["n1"], "absolute path"),
+            (dict(doc, nodes=[dict(doc["nodes"][0], launcher_argv=[])]), 0, ["n1"], "launcher_argv")):
+        with pytest.raises(w.SpecError, match=words.replace("(", r"\(")):
+            w.node_spec(bad_doc, node_id, hosts, 1)
+
+
+# -- slurm_node.py as a real process (the Slurm environment given by hand) ---------------------------------------
+
+FAKE_LAUNCHER = r"""
+import json, os, signal, sys, time
+d = sys.argv[1]
+got = []
+signal.signal(signal.SIGTERM, lambda *_: got.append("TERM"))
+with open(os.path.join(d, "launcher.log"), "a") as f:
+    f.write("node_rank=0 ready\n")
+print("launcher output", flush=True)
+deadline = time.time() + float(sys.argv[2])
+while time.time() < deadline and not got:
+    time.sleep(0.02)
+time.sleep(0.5)
+json.dump({"terms": len(got)}, open(os.path.join(d, "fake.json"), "w"))
+sys.exit(143 if got else 0)
+"""
+
+
+def _start_node(tmp_path, seconds):
+    node_dir = tmp_path / "round1" / "{slurm-node1}_noderank1"
+    fake = tmp_path / "fake_launcher.py"
+    fake.write_text(FAKE_LAUNCHER)
+    spec = {"node_rank": 1, "node_dir": str(node_dir),
+            "files": {"launch.json": {"MASTER_ADDR": "{slurm-node0}"}},
+            "launcher_argv": [sys.executable, str(fake), str(node_dir), str(seconds)], "monitor_argv": ["true"],
+            "launcher_log": "launcher.log"}
+    doc = specs_document([{"node_dir": "/unused", "launcher_argv": ["x"], "monitor_argv": ["x"]}, spec],
+                         {"{slurm-node0}": 0, "{slurm-node1}": 1}, port_placeholder=None,
+                         exit_file="slurm_exit.json", out_file="launcher.out.log", monitor_out_file="monitor.out.log")
+    (tmp_path / "nodes.json").write_text(json.dumps(doc))
+    env = dict(os.environ, SLURM_NODEID="1", SLURM_JOB_ID="99", SLURMD_NODENAME="nb",
+               FLAGPERF_SLURM_HOSTS="na,nb")
+    proc = subprocess.Popen([sys.executable, str(REPO / "launcher" / "slurm_node.py"), "launch",
+                             str(tmp_path / "nodes.json")], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    return proc, tmp_path / "round1" / "nb_noderank1"
+
+
+def test_the_node_writes_its_files_runs_the_launcher_and_records_its_status(tmp_path):
+    proc, node_dir = _start_node(tmp_path, 0.1)
+    assert proc.wait(30) == 0, proc.stderr.read()
+    assert json.loads((node_dir / "launch.json").read_text()) == {"MASTER_ADDR": "na"}
+    assert "launcher output" in (node_dir / "launcher.out.log").read_text()
+    record = json.loads((node_dir / "slurm_exit.json").read_text())
+    assert (record["exit_code"], record["node"], record["node_id"], record["job_id"], record["signals"]) == \
+        (0, "nb", 1, "99", [])
+
+
+def test_a_stop_reaches_the_launcher_once_as_sigterm(tmp_path):
+    proc, node_dir = _start_node(tmp_path, 30)
+    deadline = time.monotonic() + 20
+    while not (node_dir / "launcher.log").exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGURG)
+    proc.send_signal(signal.SIGURG)             # the same stop, from the driver and from another node
+    proc.send_signal(signal.SIGTERM)            # what Slurm sends every process: not passed on
+    assert proc.wait(30) == 143, proc.stderr.read()
+    assert json.loads((node_dir / "fake.json").read_text()) == {"terms": 1}
+    record = json.loads((node_dir / "slurm_exit.json").read_text())
+    assert record["exit_code"] == 143 and sorted(record["signals"]) == ["SIGTERM", "SIGURG"]
+
+
+def test_the_node_refuses_a_symlinked_node_directory(tmp_path):
+    (tmp_path / "round1").mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "round1" / "nb_noderank1").symlink_to(tmp_path / "elsewhere")
+    proc, node_dir = _start_node(tmp_path, 0.1)
+    assert proc.wait(30) == 2
+    assert "not a directory of this user (a symlink?)" in proc.stderr.read().decode()
+    assert list((tmp_path / "elsewhere").iterdir()) == []
