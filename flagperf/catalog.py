@@ -175,6 +175,8 @@ def find_case(source_root: Path, case_paths, model: str, vendor: str, hw: str, b
         chip = root / vendor / hw
         if (chip / "main.sh").is_file():
             return CaseSource(model, root, chip, LAUNCH_NODE, SHELL_COMMAND, "toolkit", case_path), []
+        if (root / vendor / "main.sh").is_file():      # FlagPerf's layout without a chip folder
+            return CaseSource(model, root, root / vendor, LAUNCH_NODE, SHELL_COMMAND, "toolkit", case_path), []
         if (root / "main.py").is_file():
             if base_mode == "benchmark" and case_path is not None:
                 support = tuple(d for d in BASE_SUPPORT_DIRS if (case_path / d).is_dir())

@@ -98,6 +98,16 @@ def test_a_toolkit_without_this_vendor_and_chip(tree):
                         f"nvidia/A100, nvidia/H100)"]
 
 
+def test_a_toolkit_with_main_sh_at_the_vendor_level(tree):
+    """FlagPerf's older layout: toolkits/<case>/<vendor>/main.sh, no chip folder; a chip folder wins."""
+    bench(tree, "kit", {"nvidia/main.sh": "", "nvidia/gemm.cu": "", "nvidia/H100/main.sh": ""})
+    src, problems = find_case(tree, [], "kit", "nvidia", "A100")
+    assert problems == [] and (src.mode, src.kind, src.folder, src.subdir) == \
+        ("node", "toolkit", tree / "benchmarks/kit/nvidia", "nvidia")
+    src, _ = find_case(tree, [], "kit", "nvidia", "H100")
+    assert src.folder == tree / "benchmarks/kit/nvidia/H100"
+
+
 # --------------------------------------------------------------------------------------- benchmark.yaml rules
 @pytest.mark.parametrize("text, expected", [
     ("launch: node\ncommand: [torchrun, '--nnodes={nodes}']\n",
