@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 
-from flagperf.backends import BackendError, backend_class, backend_names
+from flagperf.backends import BackendError, backend_class, backend_names, registration
 from flagperf.config import ClusterConfig, HostSpec
 from flagperf.errors import ConfigError
 from flagperf.hosts import HostError
@@ -84,6 +84,10 @@ def collect_run(run_dir: Path, *, accept_new_host_keys: bool = False, log=None) 
     name = rec.get("backend") or "ssh"
     if name not in backend_names():
         raise ConfigError(f"{run_dir / 'run.json'}: backend {name!r} is not known to this flagperf")
+    reg = registration(name)
+    if reg is not None and not reg.host_list:       # a scheduler's nodes: reachable only inside a job
+        raise ConfigError(f"{run_dir / 'run.json'}: a SCHEDULER {name} run: its nodes can be reached only inside "
+                          f"its jobs, which copied the node directories back while it ran (docs/slurm.md)")
     config = SimpleNamespace(cluster=ClusterConfig(None, tuple(hosts), rec.get("known_hosts", ""), 0),
                              test=SimpleNamespace(runtime="bare", collect_max_bytes=None))
     backend = backend_class(name)(config, log or logging.getLogger("flagperf.collect"),

@@ -11,7 +11,7 @@ import math
 import os
 import re
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -459,6 +459,10 @@ def _load_config(test_path, cluster_override, problems, source_root, detect) -> 
         why = dict(reg.refused).get(runtime)
         ck.add(data, "RUNTIME", f"expected one of {', '.join(reg.runtimes)} (the runtimes of SCHEDULER "
                                 f"{reg.name!r}), got {runtime!r}" + (f": {why}" if why else ""))
+    elif reg is not None and cluster is not None and hasattr(cluster.options, "runtime_problem"):
+        why = cluster.options.runtime_problem(runtime)      # what the scheduler's own keys must give this RUNTIME
+        if why:
+            ck.add(data, "RUNTIME", why)
 
     base_mode = _base_mode(ck, data)
     case_paths = _case_paths(ck, data)
@@ -553,6 +557,7 @@ def _load_config(test_path, cluster_override, problems, source_root, detect) -> 
     )
     if not hosts and cluster.options is not None:   # a scheduler's nodes: placeholders until it allocates them
         hosts = cluster.options.placeholder_hosts(cases, flagperf_path)
+        test = replace(test, cases=tuple(replace(c, nnodes=len(hosts)) if c.each else c for c in test.cases))
     cluster = ClusterConfig(cluster.path, hosts, cluster.known_hosts, cluster.master_port, cluster.scheduler,
                             cluster.options)
     return Config(test=test, cluster=cluster, vendor=vendor, source_root=source_root, container=container,

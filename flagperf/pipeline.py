@@ -282,6 +282,10 @@ class Run:
         try:
             bound = list(self.backend.start_round(case, rnd))      # a scheduler allocates the nodes here
             if [n.label for n in bound] != [n.label for n in nodes]:
+                planned = {n.host.address for n in nodes}
+                self.summary.hosts = [h for h in self.summary.hosts if h not in planned]
+                self.summary.hosts += [a for a in dict.fromkeys(n.host.address for n in bound)
+                                       if a not in self.summary.hosts]
                 nodes[:] = bound
                 self.step(f"{label}: the scheduler gave {', '.join(n.label for n in nodes)}")
                 self.host_of.update((n.label, n.host.address) for n in nodes)

@@ -6,6 +6,8 @@ Nothing here is mocked: each module sets up a real part on this machine.
   with host keys, a client key and a ``known_hosts`` for strict host-key checking.
 * :mod:`testbed.dockerenv` -- a real Docker engine (Debian's docker.io) and two test images built offline on
   this machine (a debootstrap Debian with python, and the same plus CPU torch).
+* :mod:`testbed.slurmbed` -- a real Slurm cluster (Debian's slurm-wlm: munged, slurmctld, two slurmd as virtual
+  nodes on 127.0.0.1) with its own SLURM_CONF and ports, and a Charliecloud image directory (debootstrap + CPU torch).
 * :mod:`testbed.browser` -- a real headless browser (Debian's ``chromium``, installed with apt-get when missing)
   that renders a report file: its DOM after the scripts ran, its console messages, a screenshot.
 * :mod:`testbed.proctable` -- a /proc scanner: which live processes match a command line, to prove that nothing

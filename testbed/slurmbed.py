@@ -14,6 +14,9 @@ Partitions: ``fpq`` (default, UP, every node), ``fpdown`` (State=DOWN) and ``fpa
 with EnforcePartLimits=ALL so that sbatch refuses that account). Each node has ``gpus`` fake GPUs for gres
 (character devices like /dev/null, listed in gres.conf), so that ``sinfo`` reports ``gpu:<n>``.
 
+:func:`ensure_charliecloud_image` builds (once, then reuses) a Charliecloud image directory with Debian's Python
+and CPU torch for ``RUNTIME: charliecloud``.
+
 Usable as a pytest fixture (tests/e2e/test_slurm.py) and by hand::
 
     python -m testbed.slurmbed /tmp/bed        # start, print the environment, wait for Ctrl-C, stop
@@ -249,6 +252,66 @@ class SlurmBed:
             except OSError:
                 pass
             self.added_hosts_line = None
+
+
+CH_IMAGE_ROOT = "/var/tmp/flagperf-charliecloud"
+TORCH_VERSION = "2.13.0"
+
+
+def ensure_charliecloud_image(root: str = CH_IMAGE_ROOT, torch_version: str = TORCH_VERSION) -> Path:
+    """A Charliecloud image directory with Debian's Python, CPU torch, numpy and psutil, built once on this machine
+    and reused: ``debootstrap --variant=minbase`` (Debian's packages) plus ``pip install --target`` into the
+    image's site-packages with this interpreter (same Python minor version; the torch wheel from PIP_FIND_LINKS).
+    Installs charliecloud-runtime (ch-run) and debootstrap with apt-get when missing. About 75 s the first time."""
+    import fcntl
+    import json
+    image = Path(root) / f"torch-cpu-{torch_version}"
+    marker = image / "flagperf-image.json"
+    _apt_install({"ch-run": "charliecloud-runtime", "debootstrap": "debootstrap"})
+    Path(root).mkdir(parents=True, exist_ok=True)
+    with open(Path(root) / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if marker.is_file():
+            return image
+        work = Path(root) / f"build-{os.getpid()}"
+        shutil.rmtree(work, ignore_errors=True)
+        cp = subprocess.run(["debootstrap", "--variant=minbase", "--include=python3,ca-certificates,procps",
+                             "bookworm", str(work)], capture_output=True, text=True, stdin=subprocess.DEVNULL)
+        if cp.returncode != 0:
+            raise SlurmBedError(f"debootstrap failed (exit {cp.returncode}): {cp.stdout[-2000:]}{cp.stderr[-2000:]}")
+        minor = f"python3.{sys.version_info.minor}"
+        site = work / "usr" / "local" / "lib" / minor / "dist-packages"
+        if not (work / "usr" / "lib" / minor).is_dir():
+            raise SlurmBedError(f"the image's Python is not {minor} (this interpreter's): cannot install for it")
+        cp = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--target", str(site),
+                             f"torch=={torch_version}", "numpy", "psutil"], capture_output=True, text=True,
+                            stdin=subprocess.DEVNULL)
+        if cp.returncode != 0:
+            raise SlurmBedError(f"pip install into the image failed (exit {cp.returncode}): {cp.stderr[-3000:]}")
+        for junk in ("var/cache/apt/archives", "var/lib/apt/lists"):
+            shutil.rmtree(work / junk, ignore_errors=True)
+        for name in ("hosts", "resolv.conf"):       # ch-run binds the host's files over these: node names resolve
+            (work / "etc" / name).touch()
+        (work / "flagperf-image.json").write_text(json.dumps({"torch": torch_version, "python": minor}))
+        shutil.rmtree(image, ignore_errors=True)
+        os.replace(work, image)
+    return image
+
+
+def _apt_install(binaries: dict) -> None:
+    missing = [pkg for binary, pkg in binaries.items() if not shutil.which(binary)]
+    if not missing:
+        return
+    if os.geteuid() != 0 or not shutil.which("apt-get"):
+        raise SlurmBedError(f"{', '.join(missing)} missing and cannot be installed here (needs root and apt-get)")
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    cmd = ["apt-get", "install", "-y", "-q", "--no-install-recommends", *missing]
+    cp = subprocess.run(cmd, env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL, check=False)
+    if cp.returncode != 0:
+        subprocess.run(["apt-get", "update", "-q"], env=env, capture_output=True, stdin=subprocess.DEVNULL)
+        cp = subprocess.run(cmd, env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL, check=False)
+    if cp.returncode != 0:
+        raise SlurmBedError(f"apt-get install {' '.join(missing)} failed: {cp.stderr[-1500:]}")
 
 
 def main(argv=None):

@@ -12,7 +12,7 @@ import importlib
 from dataclasses import dataclass
 
 from flagperf.backends.base import Backend, BackendError, NodeProcess
-from flagperf.backends.slurm_config import SLURM_KEYS
+from flagperf.backends.slurm_config import CONTAINER_RUNTIMES, SLURM_KEYS
 
 
 @dataclass(frozen=True)
@@ -69,9 +69,10 @@ def open_backend(config, log, *, accept_new_host_keys: bool = False) -> Backend:
 register("ssh", "flagperf.backends.hostlist:HostListBackend", runtimes=("bare", "docker"),
          description="a list of hosts: localhost without SSH, every other host over SSH; ranks as plain "
                      "processes (bare) or in the vendor's container (docker)")
-register("slurm", "flagperf.backends.slurm:SlurmBackend", runtimes=("bare",),
+register("slurm", "flagperf.backends.slurm:SlurmBackend", runtimes=("bare",) + CONTAINER_RUNTIMES,
          description="a Slurm cluster: one sbatch job per case round; the node launcher runs once per node as an "
-                     "srun step, the monitor as an overlapping step (docs/slurm.md)",
+                     "srun step (bare, or in an image: charliecloud's ch-run, pyxis), the monitor as an overlapping "
+                     "step (docs/slurm.md)",
          cluster_keys=SLURM_KEYS,
          options="flagperf.backends.slurm_config:load_options", host_list=False,
          refused=(("docker", "Docker's containers are started by dockerd, not as children of the job step, so "

@@ -30,12 +30,12 @@ import time
 from pathlib import Path, PurePosixPath
 
 from flagperf.backends.base import Backend, BackendError
-from flagperf.backends.slurm_config import TOKEN, derived_port, parse_time, token_hosts
+from flagperf.backends.slurm_config import CONTAINER_RUNTIMES, TOKEN, derived_port, parse_time, token_hosts
 from flagperf.backends.slurm_script import (COMMENT_DONE, COMMENT_LAUNCHERS, SQUEUE_FORMAT, STEP_LAUNCHER,
-                                            STEP_MONITOR, JobInfo, batch_script, gres_gpus, parse_partitions,
-                                            parse_sbatch, parse_sinfo_nodes, parse_squeue, parse_steps,
-                                            sbatch_argv, scheduler_end, specs_document, specs_json, substitute,
-                                            time_limit_seconds, usable_state)
+                                            STEP_MONITOR, JobInfo, batch_script, ch_run_argv, gres_gpus,
+                                            parse_partitions, parse_sbatch, parse_sinfo_nodes, parse_squeue,
+                                            parse_steps, pyxis_options, sbatch_argv, scheduler_end, specs_document,
+                                            specs_json, substitute, time_limit_seconds, usable_state)
 from flagperf.checks import HostCheck
 from flagperf_contract import LAUNCHER_LOG, MONITOR_OUTPUT, LaunchSpec
 
@@ -64,6 +64,8 @@ REMEDIES = {
                        "SLURM_ACCOUNT",
     "qos_refused": "use a QOS your account may use here (sacctmgr show assoc user=$USER format=qos) or remove "
                    "SLURM_QOS",
+    "container_unusable": "install the container runtime on every node, fix SLURM_CONTAINER_IMAGE, or create what "
+                          "the message names",
 }
 
 
@@ -107,6 +109,9 @@ class SlurmBackend(Backend):
         super().__init__(config, log, accept_new_host_keys=accept_new_host_keys)
         self.opts = config.cluster.options
         self.env = dict(os.environ)
+        if not self.env.get("USER"):        # ch-run needs it, and so do some job prologs
+            import getpass
+            self.env["USER"] = getpass.getuser()
         if self.opts.conf:
             self.env["SLURM_CONF"] = self.opts.conf
         self.partition: dict | None = None
@@ -229,7 +234,55 @@ class SlurmBackend(Backend):
                              {"nodes": [n for n, _, _ in usable]}))
         checks.append(self._gpu_check(usable, max(need.values(), default=0)))
         checks += self._submission_checks(name)
+        if self.config.test.runtime in CONTAINER_RUNTIMES:
+            checks.append(self._container_check())
         return checks
+
+    def _container_check(self) -> HostCheck:
+        """The container runtime, as far as this machine can tell (the nodes are expected to have the same)."""
+        runtime, image = self.config.test.runtime, str(self.opts.container_image)
+        if runtime == "pyxis":
+            try:
+                cp = self._run(["srun", "--help"], quiet=True)
+            except BackendError as exc:
+                return _check("container", "container_unusable", str(exc))
+            if b"--container-image" not in cp.stdout + cp.stderr:
+                return _check("container", "container_unusable", "srun has no --container-image option: the pyxis "
+                                                                 "plug-in is not loaded (plugstack.conf)")
+            return _check("container", "ok", f"pyxis: srun takes --container-image; image {image}")
+        try:
+            cp = self._run(["ch-run", "--version"], quiet=True)
+            version = (cp.stdout + cp.stderr).decode(errors="replace").strip().splitlines()[-1:]
+        except BackendError as exc:
+            return _check("container", "container_unusable", f"ch-run: {exc}")
+        problems = []
+        py = self.opts.container_python
+        where = [py] if py.startswith("/") else [f"{d}/{py}" for d in ("/usr/local/bin", "/usr/bin", "/bin")]
+        if not any(os.path.exists(image + p) for p in where):
+            problems.append(f"no {py} in the image ({', '.join(image + p for p in where)})")
+        if not os.path.isfile(f"{image}/etc/hosts"):
+            problems.append(f"no file /etc/hosts in the image, so node names do not resolve there (ch-run binds the "
+                            f"host's over an existing one: touch {shlex.quote(image + '/etc/hosts')})")
+        fake = self._template_probe()
+        for _src, dst in (self._mounts(fake) if fake is not None else []):
+            if not dst.startswith("/tmp/") and not os.path.isdir(image + dst):
+                problems.append(f"no mount point {dst} in the image (mkdir -p {shlex.quote(image + dst)})")
+        detail = f"charliecloud {' '.join(version) or '?'}: image {image}"
+        return _check("container", "container_unusable" if problems else "ok",
+                      detail + ("; " + "; ".join(problems) if problems else ""))
+
+    def _template_probe(self):
+        """A node of the first case's first round, for the paths a container binds (None: no case)."""
+        from flagperf.plan import build_plan
+        try:
+            plan = build_plan(self.config, "run-check")
+        except Exception:  # noqa: BLE001 - a plan that cannot be built is reported by `run`
+            return None
+        for case in plan.cases:
+            for rnd in case.rounds:
+                for node in rnd.nodes:
+                    return node
+        return None
 
     def _nodes_needed(self) -> int:
         cases = self.config.test.cases
@@ -353,10 +406,39 @@ class SlurmBackend(Backend):
 
     def _template(self, node):
         """The node as the job's specs hold it: its node directory where the nodes write it (the driver's own run
-        directory when results are shared), host names still placeholders."""
-        if not self.opts.shared_fs or node.node_dir == str(node.local_dir):
+        directory when results are shared), the node launcher and the ranks in the image (RUNTIME charliecloud or
+        pyxis), host names still placeholders."""
+        if self.opts.shared_fs and node.node_dir != str(node.local_dir):
+            node = _replace_strings(node, {node.node_dir: str(node.local_dir)}, None)
+        runtime = self.config.test.runtime
+        if runtime not in CONTAINER_RUNTIMES:
             return node
-        return _replace_strings(node, {node.node_dir: str(node.local_dir)}, None)
+        inside, here = self.opts.container_python, node.host.python
+        launch = node.launch.to_dict()
+        if launch["argv"] and launch["argv"][0] == here:
+            launch["argv"] = [inside, *launch["argv"][1:]]
+        argv = list(node.launcher_argv)
+        if argv and argv[0] == here:
+            argv[0] = inside
+        if runtime == "charliecloud":       # slurm_node.py stays on the node; ch-run starts the node launcher
+            argv = ch_run_argv(str(self.opts.container_image), self._mounts(node), self.config.test.flagperf_path) \
+                + argv
+        return dataclasses.replace(node, launch=LaunchSpec.from_dict(launch), launcher_argv=tuple(argv))
+
+    def _mounts(self, node) -> list:
+        """What a container needs at the same paths: FLAGPERF_PATH, the result root, the case's data, and
+        SLURM_CONTAINER_MOUNTS."""
+        fp = self.config.test.flagperf_path
+        root = str(PurePosixPath(node.node_dir).parents[3])     # <root>/<run>/<case>/round<k>/<node>
+        wanted = [(fp, fp), (root, root)]
+        if node.launch.data_dir:
+            wanted.append((node.launch.data_dir, node.launch.data_dir))
+        wanted += list(self.opts.container_mounts)
+        out: list = []
+        for m in wanted:
+            if m not in out:
+                out.append(m)
+        return out
 
     def _bind(self, node, table: dict, port: tuple | None):
         return _replace_strings(node, table, port)
@@ -401,14 +483,19 @@ class SlurmBackend(Backend):
         fp = PurePosixPath(self.config.test.flagperf_path)
         run_id = nodes[0].launch.env.get("FLAGPERF_RUN_ID", "")
         title = f"flagperf {run_id} {case_name} round {round_index}" + (f", node {pin}" if pin else "")
+        runtime = self.config.test.runtime
+        extra: dict = {"set_user": runtime == "charliecloud"}
+        if runtime == "pyxis":      # every task of the launcher step runs in the image
+            extra.update(launch_python=self.opts.container_python,
+                         launch_options=pyxis_options(str(self.opts.container_image), self._mounts(nodes[0]), str(fp)))
         if self.opts.shared_fs:
             script = batch_script(title=title, python=self.opts.python, wrapper=str(fp / WRAPPER),
-                                  specs=str(job_dir / SPECS_FILE))
+                                  specs=str(job_dir / SPECS_FILE), **extra)
             output = str(job_dir / "job-%j.out")
         else:
             specs = str(PurePosixPath(nodes[0].node_dir).parent / job_dir.name / SPECS_FILE)
             script = batch_script(title=title, python=self.opts.python, wrapper=str(fp / WRAPPER), specs=specs,
-                                  inline_specs=specs_json(doc), hold_s=HOLD_S)
+                                  inline_specs=specs_json(doc), hold_s=HOLD_S, **extra)
             output = "/dev/null"
         argv = sbatch_argv(self.opts, nnodes=len(nodes), job_name=job_name(run_id, case_name, round_index),
                            time=self.opts.sbatch_time(self.config.test.case_timeout), output=output, chdir=str(fp),
@@ -720,6 +807,11 @@ class SlurmBackend(Backend):
         if self.opts.shared_fs:
             lines.append(f"  node specs: {job_dir / SPECS_FILE} (node dir, launch.json, case_config.json, the "
                          f"commands above)")
+        if self.config.test.runtime in CONTAINER_RUNTIMES:
+            inside = self._template(node)
+            lines.append(f"  in the image ({self.config.test.runtime}), slurm_node.py starts: "
+                         f"$ {shlex.join(inside.launcher_argv)}")
+            lines.append(f"  and the ranks: {shlex.join(inside.launch.argv)}")
         return lines
 
     def close(self) -> None:
@@ -741,6 +833,7 @@ class _Step:
         self.terms = 0
         self.scheduler_end: tuple | None = None     # (WaitEnd value, why) when Slurm ended the job itself
         self.explained = False
+        self.no_record = False      # the launcher step ended and left no slurm_exit.json (shared results)
 
     @property
     def pid(self) -> int:
@@ -758,6 +851,7 @@ class _Step:
         if launchers is not None and not self.backend.opts.shared_fs:
             return 0 if launchers == 0 else 1       # per node: ranks.json, once copied back
         if launchers is not None or job.ended:
+            self.no_record = self.backend.opts.shared_fs
             return NO_RECORD_EXIT
         return None
 
@@ -780,8 +874,22 @@ class _Step:
             if end is None and self.job.info is not None and self.job.info.state == "CANCELLED" and \
                     not self.job.cancelled:
                 end = ("error", f"Slurm job {self.job.job_id} was cancelled outside flagperf (scancel?)")
+            if end is None and self.no_record:
+                end = ("error", f"{self.node.label}: its node launcher step ended without recording an exit status "
+                                f"(Slurm job {self.job.job_id}: {self._job_output_tail()})")
             self.scheduler_end = end
         return code
+
+    def _job_output_tail(self) -> str:
+        """The last lines of the batch job's output file (srun's and slurm_node.py's own errors)."""
+        path = self.job.job_dir / f"job-{self.job.job_id}.out"
+        try:
+            with open(path, "rb") as f:
+                f.seek(max(0, os.fstat(f.fileno()).st_size - 4096))
+                lines = [x for x in f.read().decode(errors="replace").splitlines() if x.strip()]
+        except OSError:
+            return f"no output in {path}"
+        return f"{path}: " + " | ".join(lines[-3:]) if lines else f"{path} is empty"
 
     def signal(self, sig: int) -> None:
         b, job = self.backend, self.job

@@ -8,12 +8,15 @@ line, the key and what was expected, like every other key.
 from __future__ import annotations
 
 import math
+import os
 import re
 from dataclasses import dataclass
 from typing import ClassVar
 
 SLURM_KEYS = ("SLURM_PARTITION", "SLURM_ACCOUNT", "SLURM_QOS", "SLURM_TIME", "SLURM_GPUS_PER_NODE",
-              "SLURM_EXCLUSIVE", "SLURM_ARGS", "SLURM_CONF", "SLURM_PENDING_TIMEOUT", "SLURM_SHARED_FS")
+              "SLURM_EXCLUSIVE", "SLURM_ARGS", "SLURM_CONF", "SLURM_PENDING_TIMEOUT", "SLURM_SHARED_FS",
+              "SLURM_CONTAINER_IMAGE", "SLURM_CONTAINER_MOUNTS", "SLURM_CONTAINER_PYTHON")
+CONTAINER_RUNTIMES = ("charliecloud", "pyxis")     # RUNTIME values that run the node launcher in an image
 
 DEFAULT_PENDING_TIMEOUT_S = 3600.0
 MAX_PENDING_TIMEOUT_S = 30 * 24 * 3600.0
@@ -58,6 +61,9 @@ class SlurmOptions:
     shared_fs: bool = True
     python: str = "python3"             # PYTHON of the cluster config: the interpreter on the nodes
     derived_port: bool = False          # MASTER_PORT unset: derived from the job id
+    container_image: str | None = None  # charliecloud: an image directory; pyxis: an image (docker://, a .sqsh)
+    container_mounts: tuple = ()        # ((source, target), ...) besides FLAGPERF_PATH, the results and data
+    container_python: str = "python3"   # the interpreter inside the image
 
     placeholder_port: ClassVar[int] = PLACEHOLDER_PORT     # the plan's MASTER_PORT while derived_port
 
@@ -65,6 +71,17 @@ class SlurmOptions:
     def results_shared(self) -> bool:
         """The nodes write the node directories straight into the driver's FLAGPERF_LOG_PATH."""
         return self.shared_fs
+
+    def runtime_problem(self, runtime: str) -> str | None:
+        """Why RUNTIME cannot be used with these keys (None: it can)."""
+        if runtime in CONTAINER_RUNTIMES and not self.container_image:
+            return (f"{runtime} runs the node launcher in a container image: set SLURM_CONTAINER_IMAGE in the "
+                    f"cluster config" + (" (an image directory, e.g. from ch-convert)"
+                                             if runtime == "charliecloud" else " (e.g. docker://nvcr.io#nvidia/"
+                                                                               "pytorch:24.05-py3 or a .sqsh file)"))
+        if runtime == "charliecloud" and self.container_image and not self.container_image.startswith("/"):
+            return f"charliecloud needs SLURM_CONTAINER_IMAGE to be an image directory, got {self.container_image}"
+        return None
 
     def placeholder_hosts(self, cases, flagperf_path: str) -> tuple:
         """The plan's nodes until Slurm allocates them: one per node of the largest case."""
@@ -82,7 +99,10 @@ class SlurmOptions:
                 "SLURM_TIME": self.time, "SLURM_GPUS_PER_NODE": self.gpus_per_node,
                 "SLURM_EXCLUSIVE": self.exclusive, "SLURM_ARGS": list(self.args), "SLURM_CONF": self.conf,
                 "SLURM_PENDING_TIMEOUT": self.pending_timeout, "SLURM_SHARED_FS": self.shared_fs,
-                "PYTHON": self.python, "MASTER_PORT_FROM_JOB_ID": self.derived_port}
+                "PYTHON": self.python, "MASTER_PORT_FROM_JOB_ID": self.derived_port,
+                "SLURM_CONTAINER_IMAGE": self.container_image,
+                "SLURM_CONTAINER_MOUNTS": [f"{a}:{b}" for a, b in self.container_mounts],
+                "SLURM_CONTAINER_PYTHON": self.container_python}
 
 
 def token_hosts(count: int, python: str, flagperf_path: str) -> tuple:
@@ -176,8 +196,40 @@ def load_options(ck, data) -> SlurmOptions:
                                               f"{MAX_PENDING_TIMEOUT_S:.0f} (30 days), got {pending!r}")
         pending = DEFAULT_PENDING_TIMEOUT_S
     opts["pending_timeout"] = float(pending)
-    python = ck.get(data, "PYTHON", str, None)
-    opts["python"] = python or "python3"
+    python = data.get("PYTHON")     # its type is checked with the other cluster keys
+    opts["python"] = python if isinstance(python, str) and python else "python3"
+    image = ck.get(data, "SLURM_CONTAINER_IMAGE", str, None)
+    if image is not None and ("\0" in image or "," in image or not image.strip()):
+        ck.add(data, "SLURM_CONTAINER_IMAGE", f"expected an image (a directory for charliecloud, an image name or "
+                                              f".sqsh file for pyxis), without ',', got {image!r}")
+        image = None
+    elif image is not None and "://" not in image and "#" not in image and not image.startswith("/") and \
+            ("/" in image or image.startswith(".")):
+        try:        # a relative path: relative to the cluster config's folder
+            image = str(resolve(ck.path, image))
+        except ValueError as exc:
+            ck.add(data, "SLURM_CONTAINER_IMAGE", str(exc))
+            image = None
+    if image is not None and image.startswith("/") and not (os.path.isdir(image) or os.path.isfile(image)):
+        ck.add(data, "SLURM_CONTAINER_IMAGE", f"expected an image directory or file, {image} does not exist")
+    opts["container_image"] = image
+    mounts = []
+    for i, item in enumerate(ck.get(data, "SLURM_CONTAINER_MOUNTS", list, [])):
+        label = f"SLURM_CONTAINER_MOUNTS[{i}]"
+        src, _, dst = item.partition(":") if isinstance(item, str) else ("", "", "")
+        dst = dst or src
+        if not src.startswith("/") or not dst.startswith("/") or ":" in dst or "," in item or "\0" in item:
+            ck.add(data, "SLURM_CONTAINER_MOUNTS", f"expected 'SOURCE[:TARGET]' with absolute paths and no ',', got "
+                                                   f"{item!r}", label)
+            continue
+        mounts.append((src, dst))
+    opts["container_mounts"] = tuple(mounts)
+    cpython = ck.get(data, "SLURM_CONTAINER_PYTHON", str, "python3")
+    if not cpython.strip() or any(c.isspace() for c in cpython):
+        ck.add(data, "SLURM_CONTAINER_PYTHON", f"expected the interpreter inside the image (a name or a path), got "
+                                               f"{cpython!r}")
+        cpython = "python3"
+    opts["container_python"] = cpython
     opts["derived_port"] = data.get("MASTER_PORT") is None
     if "HOSTS" in data:
         ck.add(data, "HOSTS", "not used with SCHEDULER slurm (Slurm picks the nodes of every job); remove it, "

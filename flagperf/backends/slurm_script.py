@@ -82,10 +82,26 @@ def sbatch_argv(opts, *, nnodes: int, job_name: str, time: str, output: str, chd
     return argv
 
 
-def step_argv(name: str, python: str, wrapper: str, mode: str, specs: str) -> list:
-    """srun of one step: one task on every node of the job, beside the other steps (--overlap)."""
+def step_argv(name: str, python: str, wrapper: str, mode: str, specs: str, options=()) -> list:
+    """srun of one step: one task on every node of the job, beside the other steps (--overlap). ``options``: more
+    srun options (a container plug-in's, e.g. pyxis --container-image)."""
     return ["srun", "--overlap", "--nodes=${SLURM_JOB_NUM_NODES}", "--ntasks-per-node=1", f"--job-name={name}",
-            "--kill-on-bad-exit=0", python, wrapper, mode, specs]
+            "--kill-on-bad-exit=0", *options, python, wrapper, mode, specs]
+
+
+def pyxis_options(image: str, mounts, workdir: str) -> list:
+    """The launcher step's srun options for pyxis: every task (slurm_node.py, the node launcher, the ranks) runs in
+    ``image``, with ``mounts`` ((source, target), ...) at the same paths."""
+    return [f"--container-image={image}", "--container-mounts=" + ",".join(f"{a}:{b}" for a, b in mounts),
+            f"--container-workdir={workdir}"]
+
+
+def ch_run_argv(image: str, mounts, workdir: str) -> list:
+    """The prefix that runs a command in a Charliecloud image directory with ``mounts`` bound."""
+    argv = ["ch-run"]
+    for a, b in mounts:
+        argv += ["-b", a if a == b else f"{a}:{b}"]
+    return argv + ["-c", workdir, image, "--"]
 
 
 def _sh(argv) -> str:
@@ -94,10 +110,12 @@ def _sh(argv) -> str:
 
 
 def batch_script(*, title: str, python: str, wrapper: str, specs: str, inline_specs: str | None = None,
-                 hold_s: int = 0) -> str:
+                 hold_s: int = 0, launch_python: str | None = None, launch_options=(), set_user: bool = False) -> str:
     """The batch script of one job. ``inline_specs``: node-local result directories; the specs travel inside
     the script and sbcast copies them to every node (``specs`` is then the node-local path). ``hold_s``: keep
-    the allocation that long after the launchers for the driver's copy back (it cancels the job when done)."""
+    the allocation that long after the launchers for the driver's copy back (it cancels the job when done).
+    ``launch_python``/``launch_options``: the launcher step's interpreter and extra srun options (pyxis: both
+    inside the image). ``set_user``: make sure $USER is set (ch-run needs it)."""
     lines = [
         "#!/bin/bash",
         f"# {title}",
@@ -106,6 +124,8 @@ def batch_script(*, title: str, python: str, wrapper: str, specs: str, inline_sp
         "FLAGPERF_SLURM_HOSTS=$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | paste -sd, -) || exit 3",
         "export FLAGPERF_SLURM_HOSTS",
     ]
+    if set_user:
+        lines.append("export USER=\"${USER:-$(id -un)}\"")
     if inline_specs is not None:
         if "\n" in inline_specs:
             raise ValueError("inline specs must be one line of JSON")
@@ -122,7 +142,7 @@ def batch_script(*, title: str, python: str, wrapper: str, specs: str, inline_sp
     lines += [
         _sh(step_argv(STEP_MONITOR, python, wrapper, "monitor", specs)) + " &",
         "monitors=$!",
-        _sh(step_argv(STEP_LAUNCHER, python, wrapper, "launch", specs)),
+        _sh(step_argv(STEP_LAUNCHER, launch_python or python, wrapper, "launch", specs, launch_options)),
         "status=$?",
         f"scontrol update JobId=\"$SLURM_JOB_ID\" Comment=\"{COMMENT_LAUNCHERS}$status\"",
         "scancel --signal=TERM \"$SLURM_JOB_ID\"      # the monitors: the only steps left",

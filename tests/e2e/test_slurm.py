@@ -6,14 +6,16 @@ Every test uses MASTER_PORT from 30400-30499; the daemons listen on 30510 (slurm
 
 import json
 import os
+import platform
 import re
 import signal
+import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
-from .conftest import only_run_dir, processes_matching, run_cli, start_cli, wait_for, write_conf
+from .conftest import materialize, only_run_dir, processes_matching, run_cli, start_cli, wait_for, write_conf
 
 
 @pytest.fixture(scope="session")
@@ -94,6 +96,7 @@ def test_two_nodes_two_ranks_gloo_collectives(tmp_path, bed, flagperf_home):
     assert code == 0, out + err
     run, summary = _summary(tmp_path)
     assert summary["backend"] == "slurm" and summary["status"] == "passed"
+    assert summary["hosts"] == ["fpnode1", "fpnode2"]
     (case,) = summary["cases"]
     (rnd,) = case["rounds"]
     assert [n["node"] for n in rnd["nodes"]] == ["fpnode1_noderank0", "fpnode2_noderank1"]
@@ -226,7 +229,8 @@ def test_a_job_killed_by_its_time_limit_fails_with_that_reason(tmp_path, bed, fl
 
 def test_each_runs_one_pinned_job_per_node_and_ranks_them(tmp_path, bed, flagperf_home):
     _override(flagperf_home, "sleeper", "each", 'sleep_s: 0.3\nslow_hosts: {"fpnode2": 4}\n')
-    conf = _conf(tmp_path, bed, {"sleeper:pytorch:each:each:2:1": "null"}, 30440)
+    tree = tmp_path / "shared" / "flagperf"         # FLAGPERF_PATH: synced there from the driver's tree
+    conf = _conf(tmp_path, bed, {"sleeper:pytorch:each:each:2:1": "null"}, 30440, FLAGPERF_PATH=tree)
     code, out, err = run_cli(["run", "--config", conf], home=flagperf_home, timeout=180)
     assert code in (0, 1), out + err            # with two hosts the outlier rule has too little to go on
     run, summary = _summary(tmp_path)
@@ -238,8 +242,12 @@ def test_each_runs_one_pinned_job_per_node_and_ranks_them(tmp_path, bed, flagper
         launch = json.loads((run / case["name"] / "round1" / f"{node}_noderank0" / "launch.json").read_text())
         assert (launch["env"]["MASTER_ADDR"], launch["env"]["MASTER_PORT"], launch["env"]["WORLD_SIZE"]) == \
             (node, str(30440 + i), "2")
+        assert launch["cwd"] == str(tree / "benchmarks" / "sleeper")
+    assert (tree / ".flagperf-tree").is_file() and (tree / "launcher" / "slurm_node.py").is_file()
+    assert (tree / "vendors" / "cpu" / "sleeper" / "config_each.yaml").read_text().startswith("sleep_s: 0.3")
     log = (run / "flagperf_run.log").read_text()
-    assert len(re.findall(r"slurm: \$ sbatch .*--nodes=1 .*--nodelist=fpnode[12] ", log)) == 2, log
+    assert len(re.findall(r"slurm: \$ sbatch .*--nodes=1 .*--chdir=" + re.escape(str(tree)) +
+                          r" .*--nodelist=fpnode[12] ", log)) == 2, log
     (ranking,) = summary["rankings"]
     assert [e["host"] for e in ranking["entries"] if e["gpu"] is None] == ["fpnode1", "fpnode2"]
     assert "hosts ranked by slept_s" in out
@@ -299,6 +307,14 @@ def test_check_reports_partition_nodes_gpus_account_and_qos(tmp_path, bed, flagp
         code, out, err = run_cli(["check", "--config", conf, "--cluster", tmp_path / "p.yaml"], home=flagperf_home)
         assert code == 3 and _table(out)[name][0] == outcome, out
     assert "Partition nosuch not found" in _table(out)["slurm"][1]
+    # a controller that does not answer (nothing listens on its port): slurm_unavailable, within the deadline
+    dead = tmp_path / "dead.conf"
+    dead.write_text(bed.conf.read_text().replace(f"SlurmctldPort={bed.ctld_port}", "SlurmctldPort=30599"))
+    (tmp_path / "d.yaml").write_text(f"SCHEDULER: slurm\nSLURM_CONF: {dead}\nMASTER_PORT: 30463\n")
+    t0 = time.monotonic()
+    code, out, err = run_cli(["check", "--config", conf, "--cluster", tmp_path / "d.yaml"], home=flagperf_home)
+    assert code == 3 and _table(out)["slurm"][0] == "slurm_unavailable", out + err
+    assert time.monotonic() - t0 < 70
     # and a run stops before submitting anything
     code, out, err = run_cli(["run", "--config", conf, "--cluster", tmp_path / "p.yaml"], home=flagperf_home)
     assert code == 3, out + err
@@ -318,3 +334,98 @@ def test_dry_run_prints_the_sbatch_line_and_the_batch_script_and_submits_nothing
     assert not (tmp_path / "result").exists() or not list((tmp_path / "result").iterdir())
     after = (bed.root / "jobcomp.txt").read_text() if (bed.root / "jobcomp.txt").exists() else ""
     assert after == before and bed.active_jobs() == []
+
+
+def test_charliecloud_runs_the_node_launcher_and_ranks_in_the_image(tmp_path, bed, flagperf_home):
+    from testbed.slurmbed import SlurmBedError, ensure_charliecloud_image
+    from testbed.realparts import unavailable
+    try:
+        image = ensure_charliecloud_image()
+    except SlurmBedError as exc:
+        unavailable(f"Charliecloud image unavailable: {exc}")
+    inside = subprocess.run(["ch-run", str(image), "--", "python3", "-c", "import platform; "
+                             "print(platform.python_version())"], capture_output=True, text=True,
+                            env=dict(os.environ, USER=os.environ.get("USER") or "root"), check=True).stdout.strip()
+    home = materialize(flagperf_home)           # the image sees FLAGPERF_PATH itself, not links out of it
+    _override(home, "collectives", "ch", 'ops: [all_reduce]\nsizes: ["64K"]\ntime_budget_s: 0.3\n')
+    conf = _conf(tmp_path, bed, {"collectives:pytorch:ch:2:2:1": "null"}, 30480,
+                 {"SLURM_CONTAINER_IMAGE": str(image)}, RUNTIME="charliecloud")
+    code, out, err = run_cli(["check", "--config", conf], home=home)
+    assert code == 0 and _table(out)["container"][0] == "ok", out + err
+    code, out, err = run_cli(["run", "--config", conf], home=home, timeout=240)
+    assert code == 0, out + err
+    run, summary = _summary(tmp_path)
+    (rnd,) = summary["cases"][0]["rounds"]
+    assert rnd["status"] == "passed" and [n["node"] for n in rnd["nodes"]] == ["fpnode1_noderank0",
+                                                                               "fpnode2_noderank1"]
+    env = rnd["finished"]["env"]
+    assert env["python"] == inside and env["world_size"] == 4 and env["hostname"] == "fpnode1"
+    assert platform.python_version() != inside          # so the ranks did not run on this machine's Python
+    d = run / summary["cases"][0]["name"] / "round1"
+    spec = json.loads((d / "slurm" / "nodes.json").read_text())["nodes"][0]
+    assert spec["launcher_argv"][:2] == ["ch-run", "-b"] and spec["launcher_argv"][-4] == "python3"
+    assert str(image) in spec["launcher_argv"]
+    assert json.loads((d / "fpnode1_noderank0" / "launch.json").read_text())["argv"][0] == "python3"
+    _no_strays(tmp_path)
+
+
+def test_pyxis_puts_the_launcher_step_in_the_image(tmp_path, bed, flagperf_home):
+    image = "docker://nvcr.io#nvidia/pytorch:24.05-py3"
+    conf = _conf(tmp_path, bed, {"sleeper:pytorch:x:2:1:1": "null"}, 30485,
+                 {"SLURM_CONTAINER_IMAGE": image, "SLURM_CONTAINER_MOUNTS": ["/datasets:/data"]}, RUNTIME="pyxis")
+    code, out, err = run_cli(["run", "--config", conf, "--dry-run"], home=flagperf_home)
+    assert code == 0, out + err
+    fp, root = str(flagperf_home), str(tmp_path / "result")
+    line = next(x for x in out.splitlines() if "--job-name=flagperf-launcher" in x)
+    assert line.split("| ", 1)[1] == (
+        f'srun --overlap "--nodes=${{SLURM_JOB_NUM_NODES}}" --ntasks-per-node=1 --job-name=flagperf-launcher '
+        f"--kill-on-bad-exit=0 '--container-image={image}' --container-mounts={fp}:{fp},{root}:{root},"
+        f"/datasets:/data --container-workdir={fp} python3 {fp}/launcher/slurm_node.py launch "
+        f"{root}/" + line.rsplit(f"{root}/", 1)[1]), line
+    monitor = next(x for x in out.splitlines() if "--job-name=flagperf-monitor" in x)
+    assert "--container" not in monitor                  # the monitor samples the node itself
+    # this cluster's srun has no pyxis: check says so, and a run stops before it submits anything
+    code, out, err = run_cli(["check", "--config", conf], home=flagperf_home)
+    assert code == 3, out + err
+    outcome, detail, _ = _table(out)["container"]
+    assert outcome == "container_unusable" and "the pyxis plug-in is not loaded" in detail
+    # RUNTIME pyxis without an image, docker under Slurm: config errors
+    bed.write_cluster_yaml(tmp_path / "cluster.yaml", MASTER_PORT=30486)
+    code, out, err = run_cli(["run", "--config", conf, "--dry-run"], home=flagperf_home)
+    assert code == 2 and "RUNTIME: pyxis runs the node launcher in a container image: set SLURM_CONTAINER_IMAGE" \
+        in err, err
+
+
+def test_clean_cancels_only_flagperf_jobs(tmp_path, bed, flagperf_home):
+    def submit(name):
+        return bed.run(["sbatch", "--parsable", "-N1", "--time=5", "-o", "/dev/null", f"--job-name={name}",
+                        "--wrap", "sleep 300"]).stdout.strip()
+    ours = [submit("flagperf-run20990101000000-aaaaaa-sleeper-pytorch-x-1x1-r1"),
+            submit("flagperf-run20990101000001-bbbbbb-gemm-pytorch-x-1x1-r1")]
+    other = submit("someone-elses-job")
+    try:
+        conf = _conf(tmp_path, bed, {"sleeper:pytorch:x:1:1:1": "null"}, 30465)
+        code, out, err = run_cli(["clean", "--config", conf, "--run", "run20990101000000-aaaaaa"],
+                                 home=flagperf_home)
+        assert code == 0 and f"job {ours[0]} flagperf-run20990101000000-aaaaaa" in out, out + err
+        wait_for(lambda: int(ours[0]) not in bed.active_jobs(), 15, "the job to be cancelled")
+        assert {int(ours[1]), int(other)} <= set(bed.active_jobs())
+        code, out, err = run_cli(["clean", "--config", conf], home=flagperf_home)
+        assert code == 0 and f"job {ours[1]} " in out and "someone-elses-job" not in out, out + err
+        wait_for(lambda: bed.active_jobs() == [int(other)], 15, "only the other job to remain")
+    finally:
+        bed.cancel_all()
+
+
+def test_a_node_launcher_step_that_cannot_start_names_the_job_output(tmp_path, bed, flagperf_home):
+    conf = _conf(tmp_path, bed, {"sleeper:pytorch:x:2:1:1": "null", "sleeper:pytorch:y:1:1:1": "null"}, 30475,
+                 {"PYTHON": str(tmp_path / "no-such-python")})
+    code, out, err = run_cli(["run", "--config", conf], home=flagperf_home, timeout=120)
+    assert code == 1, out + err
+    run, summary = _summary(tmp_path)
+    for case in summary["cases"]:
+        rnd = case["rounds"][0]
+        assert rnd["status"] == "error", rnd
+        reason = rnd["failure"]["reason"]
+        assert re.search(r"_noderank\d: its node launcher step ended without recording an exit status \(Slurm job "
+                         r"\d+: \S+/slurm/job-\d+\.out: .*no-such-python", reason), reason

@@ -111,10 +111,44 @@ def test_bad_slurm_keys_are_one_line_each_naming_file_line_key(tmp_path, run_cli
     ]
     for line, text in expected:
         assert any(x.startswith(f"{PREFIX}{cluster}:{line}: {text}") for x in lines), (line, text, err)
-    assert any(x.startswith(f"{PREFIX}{tmp_path / 'test_conf.yaml'}:2: RUNTIME: expected one of bare (the runtimes "
-                            f"of SCHEDULER 'slurm'), got 'docker': Docker's containers are started by dockerd")
+    assert any(x.startswith(f"{PREFIX}{tmp_path / 'test_conf.yaml'}:2: RUNTIME: expected one of bare, charliecloud, "
+                            f"pyxis (the runtimes of SCHEDULER 'slurm'), got 'docker': Docker's containers are "
+                            f"started by dockerd")
                for x in lines), err
     assert len(lines) == len(expected) + 1, err
+
+
+def test_container_keys(tmp_path):
+    from flagperf.errors import ConfigError
+    conf = _configs(tmp_path, "SCHEDULER: slurm\n", runtime="charliecloud")
+    with pytest.raises(ConfigError) as exc:
+        load_config(conf)
+    assert exc.value.problems == [f"{conf}:2: RUNTIME: charliecloud runs the node launcher in a container image: "
+                                  f"set SLURM_CONTAINER_IMAGE in the cluster config (an image directory, e.g. from "
+                                  f"ch-convert)"]
+    conf = _configs(tmp_path, "SCHEDULER: slurm\nSLURM_CONTAINER_IMAGE: ./img\n"
+                              "SLURM_CONTAINER_MOUNTS: ['rel:/x', '/a:/b,c', '/ok']\nSLURM_CONTAINER_PYTHON: 'py 3'\n",
+                    runtime="charliecloud")
+    with pytest.raises(ConfigError) as exc:
+        load_config(conf)
+    cluster = tmp_path / "cluster.yaml"
+    assert exc.value.problems == [
+        f"{cluster}:2: SLURM_CONTAINER_IMAGE: expected an image directory or file, {tmp_path / 'img'} does not exist",
+        f"{cluster}:3: SLURM_CONTAINER_MOUNTS[0]: expected 'SOURCE[:TARGET]' with absolute paths and no ',', got "
+        f"'rel:/x'",
+        f"{cluster}:3: SLURM_CONTAINER_MOUNTS[1]: expected 'SOURCE[:TARGET]' with absolute paths and no ',', got "
+        f"'/a:/b,c'",
+        f"{cluster}:4: SLURM_CONTAINER_PYTHON: expected the interpreter inside the image (a name or a path), got "
+        f"'py 3'"]
+    (tmp_path / "img").mkdir()
+    conf = _configs(tmp_path, "SCHEDULER: slurm\nSLURM_CONTAINER_IMAGE: ./img\n"
+                              "SLURM_CONTAINER_MOUNTS: ['/datasets:/data', /scratch]\n", runtime="charliecloud")
+    o = load_config(conf).cluster.options
+    assert (o.container_image, o.container_mounts, o.container_python) == \
+        (str(tmp_path / "img"), (("/datasets", "/data"), ("/scratch", "/scratch")), "python3")
+    conf = _configs(tmp_path, "SCHEDULER: slurm\nSLURM_CONTAINER_IMAGE: 'docker://nvcr.io#nvidia/pytorch:24.05-py3'\n",
+                    runtime="pyxis")
+    assert load_config(conf).cluster.options.container_image == "docker://nvcr.io#nvidia/pytorch:24.05-py3"
 
 
 def test_slurm_keys_are_unknown_to_the_ssh_scheduler(tmp_path, run_cli):
