@@ -13,7 +13,7 @@ from setuptools.command.build_py import build_py
 
 HERE = Path(__file__).resolve().parent
 TREE_DIRS = ("benchmarks", "vendors", "launcher", "monitors", "configs")
-TREE_FILES = ("flagperf_contract.py",)
+TREE_FILES = ("flagperf_contract.py", ".flagperf-tree")
 SKIP = shutil.ignore_patterns("__pycache__", "*.pyc", "*.pyo")
 
 

@@ -180,3 +180,13 @@ def test_treeclaim_runs_anywhere_with_the_standard_library_alone():
     names = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     names |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
     assert names and names <= set(sys.stdlib_module_names), names
+
+
+def test_flagperf_source_tree_is_its_own(repo_root):
+    """A checkout of flagperf (what hosts on a shared filesystem see at the default FLAGPERF_PATH) carries the
+    marker, so deploy may sync into it; claiming it changes nothing."""
+    m = marker(repo_root)
+    assert m["how"] == "source" and m["created_by"] == "flagperf"
+    before = (repo_root / treeclaim.MARKER).read_bytes()
+    assert treeclaim.claim(str(repo_root), "9.9") == {"ok": True, "how": "owned"}
+    assert (repo_root / treeclaim.MARKER).read_bytes() == before
