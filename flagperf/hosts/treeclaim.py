@@ -145,6 +145,13 @@ def claim(root, version):
             if state == "bad":
                 return _refuse("bad_marker", marker)
             names = sorted(n for n in os.listdir(dir_fd) if not n.startswith(_TMP_PREFIX))
+            if MARKER in names:                     # another claim marked it after the first look
+                state, marker = read_marker(dir_fd)
+                if state == "ok":
+                    return {"ok": True, "how": "owned"}
+                if state == "bad":
+                    return _refuse("bad_marker", marker)
+                names.remove(MARKER)
             if not names:
                 how = "created" if created else "adopted-empty"
             elif is_older_tree(dir_fd, names):

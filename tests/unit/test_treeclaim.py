@@ -138,9 +138,11 @@ def test_concurrent_claims_of_one_new_directory_all_succeed_with_one_marker(tmp_
     procs = [subprocess.Popen([sys.executable, "-c", SOURCE, str(root), "1"], stdout=subprocess.PIPE, text=True)
              for _ in range(8)]
     answers = [json.loads(p.communicate(timeout=30)[0]) for p in procs]
+    # none refuses another; one marker stands (written by the creator, or by a claim that found the new directory
+    # empty first), and no temporary file is left
     assert all(a["ok"] for a in answers), answers
-    assert sorted(a["how"] for a in answers).count("created") == 1, answers
-    assert os.listdir(root) == [treeclaim.MARKER] and marker(root)["how"] == "created"
+    assert [a["how"] for a in answers].count("created") <= 1, answers
+    assert os.listdir(root) == [treeclaim.MARKER] and marker(root)["how"] in ("created", "adopted-empty")
 
 
 class RunTransport:
