@@ -78,15 +78,17 @@ def now_iso() -> str:
     return datetime.datetime.now().astimezone().isoformat(timespec="milliseconds")
 
 
-def write_json_atomic(path, obj: Any, indent: int = 1) -> None:
-    """Write JSON to a temporary file beside ``path`` and rename it over ``path``: readers see the old file or
-    the whole new one, never a part."""
+def write_atomic(path, data, mode: int | None = None) -> None:
+    """Write ``data`` (str as UTF-8, or bytes) to a temporary file beside ``path`` and rename it over ``path``:
+    readers see the old file or the whole new one, never a part. The one atomic write of the project (driver and
+    hosts); ``mode`` sets the file's permission bits before the rename."""
     path = os.fspath(path)
     tmp = "%s.tmp.%d" % (path, os.getpid())
     try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(obj, f, indent=indent, allow_nan=False, default=str)
-            f.write("\n")
+        with open(tmp, "wb") as f:
+            f.write(data.encode("utf-8") if isinstance(data, str) else data)
+        if mode is not None:
+            os.chmod(tmp, mode)
         os.replace(tmp, path)
     except BaseException:
         try:
@@ -94,6 +96,11 @@ def write_json_atomic(path, obj: Any, indent: int = 1) -> None:
         except OSError:
             pass
         raise
+
+
+def write_json_atomic(path, obj: Any, indent: int = 1) -> None:
+    """JSON (no NaN, no Infinity) through write_atomic."""
+    write_atomic(path, json.dumps(obj, indent=indent, allow_nan=False, default=str) + "\n")
 
 
 JSON_FILE_MAX_BYTES = 16 * 1024 * 1024    # a record file larger than this is not one of ours
