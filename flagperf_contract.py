@@ -81,11 +81,14 @@ def now_iso() -> str:
 def write_atomic(path, data, mode: int | None = None) -> None:
     """Write ``data`` (str as UTF-8, or bytes) to a temporary file beside ``path`` and rename it over ``path``:
     readers see the old file or the whole new one, never a part. The one atomic write of the project (driver and
-    hosts); ``mode`` sets the file's permission bits before the rename."""
+    hosts). The temporary file is created exclusively under an unpredictable name and never through a link, so a
+    link planted beside ``path`` in a shared folder is not written through; ``mode`` sets its permission bits
+    (else 0o666 less the umask) before the rename."""
     path = os.fspath(path)
-    tmp = "%s.tmp.%d" % (path, os.getpid())
+    tmp = "%s.tmp.%d.%s" % (path, os.getpid(), os.urandom(6).hex())
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o666)
     try:
-        with open(tmp, "wb") as f:
+        with os.fdopen(fd, "wb") as f:
             f.write(data.encode("utf-8") if isinstance(data, str) else data)
         if mode is not None:
             os.chmod(tmp, mode)

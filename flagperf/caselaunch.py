@@ -31,12 +31,12 @@ class NodeCommand:
 
 
 def case_paths_of(config) -> tuple:
-    return tuple(str(p) for p in (getattr(config.test, "case_paths", None) or ()))
+    return tuple(str(p) for p in config.test.case_paths)
 
 
 def base_mode_of(config) -> str | None:
-    mode = getattr(config.test, "base_mode", None)
-    return mode.lower() if isinstance(mode, str) else None
+    mode = config.test.base_mode
+    return mode.lower() if mode else None
 
 
 _cache: dict = {}
@@ -73,10 +73,15 @@ def case_source(config, case) -> CaseSource:
     return _cache[key]
 
 
+def needs_deploy(host, source_root: Path) -> bool:
+    """False for a localhost whose FLAGPERF_PATH is the driver's own tree (the same-tree test): nothing is
+    deployed there, and a CASE_PATHS case runs from its own folder."""
+    return not (host.is_local and Path(host.flagperf_path).resolve() == Path(source_root).resolve())
+
+
 def runs_in_place(host, config) -> bool:
     """True where nothing is deployed (a localhost whose FLAGPERF_PATH is the driver's tree): a CASE_PATHS case
     then runs from its own folder."""
-    from flagperf.deploy import needs_deploy
     return not needs_deploy(host, config.source_root)
 
 
@@ -126,29 +131,10 @@ def node_command(config, case, host, *, python: str, node_rank: int, node_dir: s
         "nnodes": str(case.nnodes), "nproc": str(case.nproc), "world_size": str(case.nnodes * case.nproc),
         "data_dir": case.data_dir or "", "result_dir": node_dir, "vendor": config.vendor.name, "chip": case.hw,
         "config_file": f"{node_dir}/{CASE_CONFIG_FILE}", "case_dir": str(case_dir), "python": python,
-        "framework": getattr(case, "framework_full", None) or case.framework,
+        "framework": case.framework_full or case.framework,
     }
     env = {}
     if src.mode == LAUNCH_NODE:
         env = {"NODERANK": str(node_rank), "NPROC_PER_NODE": str(case.nproc),
                "FLAGPERF_CASE_DIR": str(case_dir)}
     return NodeCommand(src.mode, substitute(src.command, values), str(case_dir), {**base_env, **env}, src)
-
-
-def case_problems(config) -> list:
-    """Config-load check of every case's folder: a bad benchmark.yaml (file, line, key) or a toolkit without the
-    vendor/chip folder; one line each."""
-    problems: list = []
-    seen = set()
-    for case in config.test.cases:
-        key = (case.model, case.hw)
-        if key in seen:
-            continue
-        seen.add(key)
-        _src, found = find_case(config.source_root, case_paths_of(config), case.model, config.vendor.name, case.hw,
-                                base_mode_of(config))
-        for p in found:     # benchmark.yaml problems name that file; the others are about the case
-            p = f"{config.test.path}: CASES[{case.key!r}]: {p}" if p.startswith("model ") else p
-            if p not in problems:
-                problems.append(p)
-    return problems

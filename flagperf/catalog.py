@@ -192,3 +192,22 @@ def find_case(source_root: Path, case_paths, model: str, vendor: str, hw: str, b
     if missing_toolkit:
         return None, [f"model {model!r}: " + "; ".join(missing_toolkit)]
     return None, []
+
+
+def case_problems(config_path, source_root: Path, case_paths, vendor: str, cases, base_mode: str | None) -> list:
+    """Config-load check of every case's folder: a bad benchmark.yaml (file, line, key) or a toolkit without the
+    vendor/chip folder; one line each."""
+    problems: list = []
+    seen = set()
+    for case in cases:
+        key = (case.model, case.hw)
+        if key in seen:
+            continue
+        seen.add(key)
+        _src, found = find_case(source_root, tuple(str(p) for p in case_paths), case.model, vendor, case.hw,
+                                base_mode.lower() if base_mode else None)
+        for p in found:     # benchmark.yaml problems name that file; the others are about the case
+            p = f"{config_path}: CASES[{case.key!r}]: {p}" if p.startswith("model ") else p
+            if p not in problems:
+                problems.append(p)
+    return problems

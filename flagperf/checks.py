@@ -10,16 +10,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from flagperf.backends.hostlist_options import CONNECT_REMEDIES
+from flagperf.vendors import usable_on_host
+
 MIN_PYTHON = (3, 9)             # os.waitstatus_to_exitcode in the node launcher
 MIN_FREE_BYTES = 1 << 30
 CONTRACT_FILE = "flagperf_contract.py"      # at the root of FLAGPERF_PATH, beside launcher/
 REMEDIES = {
-    "connection_refused": "start sshd on the host or fix SSH_PORT",
+    **CONNECT_REMEDIES,         # how the host-list backend's connections fail
     "timeout": "check that the host is up and answers (firewall, load); the message says which step timed out",
-    "auth_failed": "fix SSH_USER / SSH_KEY, or add the key to the host's authorized_keys",
-    "unknown_host_key": "verify the fingerprint and add it to KNOWN_HOSTS, or pass --accept-new-host-keys",
-    "changed_host_key": "find out why the key changed; if the host was reinstalled, remove its old entry "
-                        "from KNOWN_HOSTS",
     "unreachable": "fix the address in the cluster config",
     "deploy_failed": "make FLAGPERF_PATH on the host a writable directory flagperf created (or a new or empty "
                      "one) with enough space, then run again",
@@ -95,7 +94,8 @@ def probe_failure(name: str, python: str, exc_kind: str, message: str) -> HostCh
 
 
 def interpret_probe(name: str, python: str, returncode: int, stdout: str, stderr: str, *, fp: str,
-                    launcher_dir: str, result_root: str, need: int, vendor, runtime: str) -> HostCheck:
+                    launcher_dir: str, result_root: str, need: int, vendor, runtime: str,
+                    in_container: bool = False) -> HostCheck:
     """Judge the output of launcher/probe.py on one host. Pure: no I/O."""
     import json
     if returncode == 127:
@@ -129,7 +129,6 @@ def interpret_probe(name: str, python: str, returncode: int, stdout: str, stderr
     if isinstance(port, dict) and port.get("free") is False:
         return failed(name, "port_in_use", f"MASTER_PORT {port.get('port')} is taken on node 0 ({port.get('error')}); "
                                            f"rank 0 could not listen there", info)
-    in_container = runtime == "docker"
     if info.get("torch") is None and not in_container:
         return failed(name, "torch_missing", f"{python} cannot import torch: {info.get('torch_error')}", info)
     why = _vendor_problem(vendor, info, runtime)
@@ -153,5 +152,4 @@ def interpret_probe(name: str, python: str, returncode: int, stdout: str, stderr
 
 def _vendor_problem(vendor, info, runtime) -> str | None:
     """Why the vendor profile cannot run on this host, from the probe's answer (None: it can)."""
-    from flagperf.vendors import usable_on_host
     return usable_on_host(vendor, info, runtime)

@@ -19,7 +19,8 @@ config_option = click.option(
     show_default=True, help="Test config (YAML, or FlagPerf's test_conf.py or host.yaml): VENDOR, RUNTIME, CASES, ...")
 accept_option = click.option(
     "--accept-new-host-keys", is_flag=True,
-    help="Record the keys of SSH hosts missing from KNOWN_HOSTS (a changed key is still refused).")
+    help="Record the keys of SSH hosts missing from the cluster's known hosts file (a changed key is still "
+         "refused).")
 cluster_option = click.option(
     "--cluster", "cluster_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
     help="Cluster config (YAML, or FlagPerf's cluster_conf.py); overrides CLUSTER of the test config.")
@@ -278,12 +279,13 @@ def clean(config_path, cluster_path, accept_new_host_keys, run_id):
 @config_option
 @click.option("--markdown", "as_markdown", is_flag=True, help="Print the Markdown report instead of the table.")
 @click.option("--html", "as_html", is_flag=True,
-              help="(Re)write report.html (plots, from summary.json and the node directories); print its path.")
+              help="(Re)write report.html (plots, from summary.json and series.json); print its path.")
 def report(run_dir, config_path, as_markdown, as_html):
     """Show a run (default: the latest under FLAGPERF_LOG_PATH): the table and every failure; (re)writes its
     reports (report.md, report.html)."""
     from flagperf.collect import latest_run
     from flagperf.reporters import reporter, write_reports
+    from flagperf.results.series import summarise_series
     from flagperf.results.summary import Summary, SummaryError
     try:
         if run_dir is None:
@@ -293,14 +295,19 @@ def report(run_dir, config_path, as_markdown, as_html):
         _exit_config(exc, prefix="")
     except SummaryError as exc:
         _exit_config(ConfigError(str(exc)), prefix="")
+    if summary.series is None:      # a run summarised before series.json: its node directories, read once now
+        try:
+            summary.series = summarise_series(summary, run_dir)
+        except OSError:             # a read-only run directory: report.html without monitor plots
+            pass
     written = write_reports(summary, run_dir)
     console = _console()
     if as_html:
-        where = dict(written).get("html", "no html reporter registered")
-        if isinstance(where, str):
-            click.echo(f"flagperf: {where}", err=True)
+        html = next((o for o in written if o.name == "html"), None)
+        if html is None or html.path is None:
+            click.echo(f"flagperf: {html.error if html else 'no html reporter registered'}", err=True)
             sys.exit(1)
-        click.echo(str(where))
+        click.echo(str(html.path))
         return
     if as_markdown:
         console.print(reporter("markdown").render(summary), markup=False)
@@ -310,8 +317,8 @@ def report(run_dir, config_path, as_markdown, as_html):
     _print_rankings(console, summary)
     for line in terminal.failure_lines(summary):
         console.print(line, markup=False)
-    for name, where in written:
-        console.print(f"report {name}: {where}", markup=False)
+    for o in written:
+        console.print(f"report {o.name}: {o.path if o.path is not None else o.error}", markup=False)
 
 
 @main.command()

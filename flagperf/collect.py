@@ -2,19 +2,16 @@
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from types import SimpleNamespace
 
-from flagperf.backends import BackendError, backend_class, backend_names, registration
-from flagperf.config import ClusterConfig, HostSpec
+from flagperf.backends import BackendError, backend_class, backend_names
+from flagperf.backends.options import HostSpec
 from flagperf.errors import ConfigError
-from flagperf.hosts import HostError
+from flagperf.hosts import MissingPath
 from flagperf.hosts.fanout import fan_out
-
-RUN_SCHEMA = "flagperf.run/1"
+from flagperf.records import RecordError, RunRecord
 
 
 @dataclass(frozen=True)
@@ -47,18 +44,11 @@ def latest_run(log_path: Path) -> Path:
     return runs[-1]
 
 
-def load_run_record(run_dir: Path) -> dict:
-    path = Path(run_dir) / "run.json"
+def load_run_record(run_dir: Path) -> RunRecord:
     try:
-        rec = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: not found; is {run_dir} a flagperf run directory?") from None
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"{path}: unreadable: {exc}") from None
-    if not isinstance(rec, dict) or rec.get("schema") != RUN_SCHEMA or not isinstance(rec.get("nodes"), list) \
-            or not isinstance(rec.get("hosts"), list):
-        raise ConfigError(f"{path}: expected a {RUN_SCHEMA} record with hosts and nodes")
-    return rec
+        return RunRecord.load(Path(run_dir) / "run.json")
+    except RecordError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def _safe_local_dir(run_dir: Path, rel) -> Path:
@@ -73,25 +63,23 @@ def collect_run(run_dir: Path, *, accept_new_host_keys: bool = False, log=None) 
     """Fetch every node directory of the run that is missing (or incomplete) on the driver, per host."""
     run_dir = Path(run_dir)
     rec = load_run_record(run_dir)
-    try:
-        hosts = [HostSpec(h["HOST"], h.get("SSH_PORT"), h.get("SSH_USER"), h.get("SSH_KEY"),
-                          h.get("PYTHON") or "python3", h.get("FLAGPERF_PATH") or "") for h in rec["hosts"]]
-        by_address = {h.address: h for h in hosts}
-        targets = [CollectTarget(by_address[n["host"]], n["node_dir"], _safe_local_dir(run_dir, n["local_dir"]),
-                                 n.get("node", n["host"])) for n in rec["nodes"]]
-    except (KeyError, TypeError, AttributeError) as exc:
-        raise ConfigError(f"{run_dir / 'run.json'}: a host or node entry is incomplete ({exc})") from None
-    name = rec.get("backend") or "ssh"
+    name = rec.backend or "ssh"
     if name not in backend_names():
         raise ConfigError(f"{run_dir / 'run.json'}: backend {name!r} is not known to this flagperf")
-    reg = registration(name)
-    if reg is not None and not reg.host_list:       # a scheduler's nodes: reachable only inside a job
-        raise ConfigError(f"{run_dir / 'run.json'}: a SCHEDULER {name} run: its nodes can be reached only inside "
-                          f"its jobs, which copied the node directories back while it ran (docs/slurm.md)")
-    config = SimpleNamespace(cluster=ClusterConfig(None, tuple(hosts), rec.get("known_hosts", ""), 0),
-                             test=SimpleNamespace(runtime="bare", collect_max_bytes=None))
-    backend = backend_class(name)(config, log or logging.getLogger("flagperf.collect"),
-                                  accept_new_host_keys=accept_new_host_keys)
+    record = rec.to_dict()
+    cls = backend_class(name)
+    try:
+        hosts = cls.hosts_from_record(record)
+        by_address = {h.address: h for h in hosts}
+        targets = [CollectTarget(by_address[n["host"]], n["node_dir"], _safe_local_dir(run_dir, n["local_dir"]),
+                                 n.get("node", n["host"])) for n in rec.nodes]
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise ConfigError(f"{run_dir / 'run.json'}: a host or node entry is incomplete ({exc})") from None
+    try:
+        backend = cls.collector(record, log or logging.getLogger("flagperf.collect"),
+                                accept_new_host_keys=accept_new_host_keys)
+    except BackendError as exc:
+        raise ConfigError(f"{run_dir / 'run.json'}: {exc}") from None
     results = {f.host: HostCollect(f.host, 0, 0, 0, f"{f.outcome}: {f.detail}") for f in backend.connect(hosts)}
 
     def fetch(host):
@@ -100,10 +88,8 @@ def collect_run(run_dir: Path, *, accept_new_host_keys: bool = False, log=None) 
         for t in mine:
             try:
                 f, b = backend.collect(t)
-            except (HostError, BackendError) as exc:
-                if "No such file" in str(exc) or "does not exist" in str(exc):
-                    continue              # that round never started on this node
-                raise
+            except MissingPath:
+                continue                  # that round never started on this node
             files += f
             size += b
         return HostCollect(host.address, len(mine), files, size)

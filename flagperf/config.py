@@ -8,24 +8,27 @@ from __future__ import annotations
 
 import difflib
 import math
-import os
 import re
-import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
 
-from flagperf.backends import backend_names, load_options, registration
-from flagperf.catalog import benchmark_names
+from flagperf.backends import all_cluster_keys, backend_names, load_options, registration
+from flagperf.backends.options import COLLECT_MAX_BYTES, LOCALHOST, BackendOptions, HostSpec
+from flagperf.catalog import benchmark_names, case_problems
+from flagperf.checker import Checker, close_key, is_, reason, resolve
 from flagperf.container_opts import merge, translate_container_opt
 from flagperf.errors import ConfigError
-from flagperf.hosts.treesync import COLLECT_MAX_BYTES
 from flagperf.paths import SOURCE_ROOT, default_log_path
 from flagperf.pyconfig import is_python_config, load_config_file
+from flagperf.references import load_reference_dir, load_reference_file
 from flagperf.vendors import ContainerSpec, VendorProfile, check_size, detect_vendor, load_vendor, vendor_names
 from flagperf.yamlio import LineMap, one_line, where
 
-LOCALHOST = "localhost"
+__all__ = ["CLUSTER_KEYS", "TEST_KEYS", "FLAGPERF_IGNORED", "CaseSpec", "ClusterConfig", "Config", "HostSpec",
+           "LOCALHOST", "SOURCE_ROOT", "TestConfig", "close_key", "load_config", "resolve"]
+
+DEFAULT_SCHEDULER = "ssh"       # the backend of a cluster config without SCHEDULER (flagperf.backends registry)
+DEFAULT_MASTER_PORT = 29501
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
 TEST_KEYS = (
@@ -34,8 +37,9 @@ TEST_KEYS = (
     "MONITOR_INTERVAL", "CASE_TIMEOUT", "DOCKER_BUILD_ARGS", "EXTRA_CA_BUNDLE", "COLLECT_MAX_BYTES",
     "REFERENCES", "MONITOR_FORMAT", "CASE_PATHS", "BENCHMARKS_OR_TOOLKITS", "NPROC_PER_NODE",
 )
-CLUSTER_KEYS = ("SCHEDULER", "HOSTS", "SSH_PORT", "SSH_USER", "SSH_KEY", "KNOWN_HOSTS", "MASTER_PORT", "PYTHON")
-HOST_KEYS = ("HOST", "SSH_PORT", "SSH_USER", "SSH_KEY", "PYTHON", "FLAGPERF_PATH")
+# Cluster keys of every scheduler; each backend adds its own (its registration's cluster_keys) after HOSTS.
+COMMON_CLUSTER_KEYS = ("SCHEDULER", "HOSTS", "MASTER_PORT", "PYTHON")
+CLUSTER_KEYS = COMMON_CLUSTER_KEYS[:2] + all_cluster_keys() + COMMON_CLUSTER_KEYS[2:]     # every scheduler's
 # FlagPerf keys flagperf accepts and ignores, each with a one-line warning (docs/migrating-from-flagperf.md).
 FLAGPERF_IGNORED = {
     "HOSTS_PORTS": "FlagPerf's TensorFlow worker ports; flagperf starts no TensorFlow workers",
@@ -51,17 +55,14 @@ CLUSTER_IGNORED = ("HOSTS_PORTS",)
 BASE_MODES = ("benchmark", "toolkit")       # BENCHMARKS_OR_TOOLKITS, lower-cased
 BASE_FRAMEWORK = "pytorch"                  # the framework of every case of a FlagPerf base config
 DEFAULT_BASE_CHIP = "A100"                  # a base case key without ":<chip>" (FlagPerf's own default)
-CLOSE_RATIO = 0.8                           # a key is suggested only when at least this close (difflib ratio)
 
 # Upper bounds (docs/configuration.md lists them): a value past one is a typo, not a plan.
 MAX_NNODES = 10_000
-MAX_HOSTS = 10_000
 MAX_NPROC = 1024
 MAX_REPEAT = 1000
 MIN_MONITOR_INTERVAL, MAX_MONITOR_INTERVAL = 0.05, 3600.0
 MONITOR_FORMATS = ("native", "flagperf")    # flagperf: FlagPerf's monitor files too (docs/monitors.md)
 MAX_CASE_TIMEOUT = 30 * 24 * 3600.0         # 30 days
-MAX_PATH_BYTES, MAX_NAME_BYTES = 4095, 255  # Linux PATH_MAX - 1 and NAME_MAX
 
 
 @dataclass(frozen=True)
@@ -125,27 +126,13 @@ class CaseSpec:
 
 
 @dataclass(frozen=True)
-class HostSpec:
-    address: str
-    ssh_port: int | None        # None: from ~/.ssh/config, else 22
-    ssh_user: str | None        # None: from ~/.ssh/config, else the current user
-    ssh_key: str | None
-    python: str
-    flagperf_path: str
-
-    @property
-    def is_local(self) -> bool:
-        return self.address == LOCALHOST
-
-
-@dataclass(frozen=True)
 class ClusterConfig:
     path: Path | None
-    hosts: tuple
-    known_hosts: str
-    master_port: int
-    scheduler: str = "ssh"      # the backend (flagperf.backends registry) that runs the rounds
-    options: Any = None         # the scheduler's own keys (SLURM_*), validated by its registration
+    hosts: tuple                # HostSpec: the nodes the plan uses (a scheduler's placeholders until it allocates)
+    master_port: int            # rank 0's port (an ``each`` case: MASTER_PORT + the job's index)
+    scheduler: str = DEFAULT_SCHEDULER     # the backend (flagperf.backends registry) that runs the rounds
+    # the scheduler's own keys (HOSTS' SSH settings, SLURM_*), validated by its registration's options module
+    options: BackendOptions = field(default_factory=BackendOptions)
 
 
 @dataclass(frozen=True)
@@ -211,155 +198,11 @@ class Config:
             "CLUSTER": str(c.path) if c.path else None,
             "CASES": {case.key: case.image_dir if t.base_mode else case.data_dir for case in t.cases},
             "cluster": {
-                "HOSTS": [
-                    {"HOST": h.address, "SSH_PORT": h.ssh_port, "SSH_USER": h.ssh_user, "SSH_KEY": h.ssh_key,
-                     "PYTHON": h.python, "FLAGPERF_PATH": h.flagperf_path}
-                    for h in c.hosts
-                ],
-                "KNOWN_HOSTS": c.known_hosts,
+                **c.options.to_dict(),
                 "MASTER_PORT": c.master_port,
                 "SCHEDULER": c.scheduler,
-                **(c.options.to_dict() if c.options is not None else {}),
             },
         }
-
-
-class _Checker:
-    """Collects problems while reading one file."""
-
-    def __init__(self, path: Path, problems: list, warnings: list | None = None):
-        self.path = path
-        self.problems = problems
-        self.warnings = warnings if warnings is not None else []
-
-    def add(self, mapping, key, message, label=None):
-        self.problems.append(f"{where(self.path, mapping, key)}: {label or key}: {message}")
-
-    def warn(self, mapping, key, message, label=None):
-        self.warnings.append(f"{where(self.path, mapping, key)}: {label or key}: {message}")
-
-    def unknown_keys(self, mapping, known, prefix="", *, ignored=(), elsewhere=None):
-        """Report keys not in ``known``. A FlagPerf key in ``ignored`` is a warning; one of ``elsewhere``
-        ((keys, "the test config", "a cluster config")) is said to belong in that other file."""
-        for i, key in enumerate(k for k in mapping if k not in known):
-            if key in ignored:
-                self.warn(mapping, key, f"accepted and ignored: {FLAGPERF_IGNORED.get(key, 'not used')}",
-                          f"{prefix}{key}")
-                continue
-            if elsewhere is not None and key in elsewhere[0]:
-                self.problems.append(f"{where(self.path, mapping, key)}: {prefix}{key}: unknown key in {elsewhere[2]}; "
-                                     f"{key} belongs in {elsewhere[1]}")
-                continue
-            # A suggestion for the first 100 only: comparing thousands of keys would take seconds.
-            close = close_key(str(key)[:100].upper(), known) if i < 100 else None
-            hint = f"; did you mean {close}?" if close else f"; known keys: {', '.join(known)}"
-            self.problems.append(f"{where(self.path, mapping, key)}: {prefix}{key}: unknown key{hint}")
-
-    def get(self, mapping, key, types, default, label=None):
-        if key not in mapping or mapping[key] is None and type(None) not in _tuple(types):
-            return default
-        value = mapping[key]
-        if isinstance(value, bool) and bool not in _tuple(types):
-            self.add(mapping, key, f"expected {_describe(types)}, got {value!r}", label)
-            return default
-        if not isinstance(value, types):
-            self.add(mapping, key, f"expected {_describe(types)}, got {type(value).__name__} {value!r}", label)
-            return default
-        return value
-
-    def path_value(self, mapping, key, default=None, label=None):
-        value = self.get(mapping, key, str, None, label)
-        if value is None:
-            return default
-        try:
-            return str(resolve(self.path, value))
-        except ValueError as exc:
-            self.add(mapping, key, str(exc), label)
-            return default
-
-
-def close_key(word: str, known) -> str | None:
-    """The known key ``word`` is a typo of, or None: only a really close one (difflib ratio >= 0.8, or at most
-    two edits in a key of six or more characters), so that an unrelated key gets no misleading hint."""
-    best, best_ratio = None, 0.0
-    for key in known:
-        ratio = difflib.SequenceMatcher(None, word, key).ratio()
-        if ratio > best_ratio:
-            best, best_ratio = key, ratio
-    if best is not None and best_ratio >= CLOSE_RATIO:
-        return best
-    near = [k for k in known if len(word) >= 6 and _edits(word, k, 2) <= 2]
-    return near[0] if near else None
-
-
-def _edits(a: str, b: str, limit: int) -> int:
-    """Levenshtein distance of ``a`` and ``b``, or ``limit + 1`` once it is known to be larger."""
-    if abs(len(a) - len(b)) > limit:
-        return limit + 1
-    row = list(range(len(b) + 1))
-    for i, ca in enumerate(a, 1):
-        prev, row[0] = row[0], i
-        for j, cb in enumerate(b, 1):
-            prev, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, prev + (ca != cb))
-        if min(row) > limit:
-            return limit + 1
-    return row[-1]
-
-
-def resolve(config_file: Path, value: str) -> Path:
-    """Resolve a path from a config file: ``~`` expands, relative paths are relative to the file's folder.
-
-    ValueError says why ``value`` cannot be a path: not a string, empty, a NUL, ``~user`` of no such user,
-    too long, or a symlink loop."""
-    if not isinstance(value, str) or not value:
-        raise ValueError(f"expected a non-empty path, got {value!r}")
-    if "\0" in value:
-        raise ValueError(f"a path may not hold a NUL character, got {value!r}")
-    try:
-        p = Path(value).expanduser()
-    except RuntimeError:        # ~user of no such user
-        p = Path(value)
-    if str(p).startswith("~"):
-        raise ValueError(f"cannot expand {value!r}: no such user's home directory")
-    _check_length(value, str(p))
-    try:
-        resolved = p if p.is_absolute() else (Path(config_file).resolve().parent / p).resolve()
-    except (OSError, RuntimeError, ValueError) as exc:       # symlink loop (RuntimeError in 3.11/3.12)
-        raise ValueError(f"cannot resolve {value!r}: {_reason(exc)}") from None
-    _check_length(value, str(resolved))
-    return resolved
-
-
-def _check_length(value: str, path: str) -> None:
-    try:
-        raw = os.fsencode(path)
-    except UnicodeEncodeError:
-        raise ValueError(f"cannot encode {value!r} as a file name") from None
-    if len(raw) > MAX_PATH_BYTES or any(len(part) > MAX_NAME_BYTES for part in raw.split(b"/")):
-        raise ValueError(f"path too long ({len(raw)} bytes; at most {MAX_PATH_BYTES}, and {MAX_NAME_BYTES} per "
-                         f"name): {value[:60]!r}{'...' if len(value) > 60 else ''}")
-
-
-def _reason(exc: BaseException) -> str:
-    return exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-
-
-def _is(test, path) -> bool:
-    """``Path(path).is_dir()`` (or another test) that says False where the OS refuses to answer."""
-    try:
-        return bool(getattr(Path(path), test)())
-    except (OSError, ValueError):
-        return False
-
-
-def _tuple(types):
-    return types if isinstance(types, tuple) else (types,)
-
-
-def _describe(types) -> str:
-    names = {str: "a string", int: "an integer", float: "a number", bool: "true or false", list: "a list",
-             dict: "a mapping", type(None): "null"}
-    return " or ".join(names.get(t, t.__name__) for t in _tuple(types) if not (t is int and float in _tuple(types)))
 
 
 def load_config(test_path, cluster_override=None, *, source_root: Path = SOURCE_ROOT, detect=detect_vendor) -> Config:
@@ -370,8 +213,9 @@ def load_config(test_path, cluster_override=None, *, source_root: Path = SOURCE_
     except ConfigError as exc:
         raise ConfigError([one_line(p) for p in exc.problems]) from None
     if config is not None and not problems:     # each case's folder: benchmark.yaml, toolkit vendor/chip folders
-        from flagperf.caselaunch import case_problems
-        problems.extend(case_problems(config))
+        t = config.test
+        problems.extend(case_problems(t.path, config.source_root, t.case_paths, config.vendor.name, t.cases,
+                                      t.base_mode))
     if problems:
         raise ConfigError([one_line(p) for p in problems])
     assert config is not None
@@ -385,7 +229,7 @@ def _cli_path(value, what) -> Path:
     except ValueError as exc:
         raise ConfigError(f"{value}: {what}: {exc}") from None
     except (OSError, RuntimeError) as exc:
-        raise ConfigError(f"{value}: {what}: cannot resolve: {_reason(exc)}") from None
+        raise ConfigError(f"{value}: {what}: cannot resolve: {reason(exc)}") from None
 
 
 def _load_config(test_path, cluster_override, problems, source_root, detect) -> Config | None:
@@ -396,7 +240,7 @@ def _load_config(test_path, cluster_override, problems, source_root, detect) -> 
     if not isinstance(data, LineMap):
         raise ConfigError(f"{test_path}: expected a mapping of test-config keys (VENDOR, RUNTIME, CASES, ...)")
     warnings: list[str] = []
-    ck = _Checker(test_path, problems, warnings)
+    ck = Checker(test_path, problems, warnings)
     # A test config that lists HOSTS holds its cluster keys too (FlagPerf's host.yaml).
     combined = "HOSTS" in data
     ck.unknown_keys(data, TEST_KEYS + _cluster_keys(data) if combined else TEST_KEYS, ignored=FLAGPERF_IGNORED,
@@ -429,7 +273,7 @@ def _load_config(test_path, cluster_override, problems, source_root, detect) -> 
         cluster = None
     elif combined:
         cluster = _cluster_from(test_path, data, problems, warnings)
-    elif cluster_file is not None and not _is("exists", cluster_file):
+    elif cluster_file is not None and not is_("exists", cluster_file):
         problems.append(f"{origin}: file not found; expected a cluster config (YAML with HOSTS)")
         cluster = None
     else:
@@ -459,7 +303,7 @@ def _load_config(test_path, cluster_override, problems, source_root, detect) -> 
         why = dict(reg.refused).get(runtime)
         ck.add(data, "RUNTIME", f"expected one of {', '.join(reg.runtimes)} (the runtimes of SCHEDULER "
                                 f"{reg.name!r}), got {runtime!r}" + (f": {why}" if why else ""))
-    elif reg is not None and cluster is not None and hasattr(cluster.options, "runtime_problem"):
+    elif reg is not None and cluster is not None:
         why = cluster.options.runtime_problem(runtime)      # what the scheduler's own keys must give this RUNTIME
         if why:
             ck.add(data, "RUNTIME", why)
@@ -517,7 +361,7 @@ def _load_config(test_path, cluster_override, problems, source_root, detect) -> 
             ck.add(data, "DOCKER_BUILD_ARGS", f"expected NAME: value pairs (strings or numbers), got {name!r}: "
                                               f"{value!r}")
     ca_bundle = ck.path_value(data, "EXTRA_CA_BUNDLE")
-    if ca_bundle and not _is("is_file", ca_bundle):
+    if ca_bundle and not is_("is_file", ca_bundle):
         ck.add(data, "EXTRA_CA_BUNDLE", f"expected a CA bundle file (PEM), {ca_bundle} does not exist")
     collect_max = ck.get(data, "COLLECT_MAX_BYTES", int, COLLECT_MAX_BYTES)
     if not collect_max > 0:
@@ -551,23 +395,17 @@ def _load_config(test_path, cluster_override, problems, source_root, detect) -> 
         base_mode=base_mode,
     )
     assert cluster is not None and vendor is not None      # else a problem was reported above
-    hosts = tuple(
-        h if h.flagperf_path else HostSpec(h.address, h.ssh_port, h.ssh_user, h.ssh_key, h.python, flagperf_path)
-        for h in cluster.hosts
-    )
-    if not hosts and cluster.options is not None:   # a scheduler's nodes: placeholders until it allocates them
-        hosts = cluster.options.placeholder_hosts(cases, flagperf_path)
+    hosts = cluster.options.plan_hosts(cases, flagperf_path)
+    if not cluster.hosts:       # a scheduler's nodes: placeholders until it allocates them
         test = replace(test, cases=tuple(replace(c, nnodes=len(hosts)) if c.each else c for c in test.cases))
-    cluster = ClusterConfig(cluster.path, hosts, cluster.known_hosts, cluster.master_port, cluster.scheduler,
-                            cluster.options)
+    cluster = replace(cluster, hosts=hosts)
     return Config(test=test, cluster=cluster, vendor=vendor, source_root=source_root, container=container,
                   references=reference_files, warnings=tuple(one_line(w) for w in warnings))
 
 
-def _load_references(ck: _Checker, data, vendor, source_root, case_paths=()) -> tuple:
+def _load_references(ck: Checker, data, vendor, source_root, case_paths=()) -> tuple:
     """(REFERENCES as given: a path, False or None; the reference files loaded). Without REFERENCES every file
     of ``vendors/<vendor>/references/`` is loaded; each problem in a file is a config problem naming it."""
-    from flagperf.references import load_reference_dir, load_reference_file
     known = benchmark_names(source_root, case_paths)
     value = data.get("REFERENCES")
     if value is False:
@@ -582,8 +420,8 @@ def _load_references(ck: _Checker, data, vendor, source_root, case_paths=()) -> 
         files, problems = load_reference_dir(source_root / "vendors" / vendor.name / "references", known)
         ck.problems.extend(problems)
         return None, files
-    if not _is("is_file", path):
-        what = "is a directory" if _is("is_dir", path) else "does not exist"
+    if not is_("is_file", path):
+        what = "is a directory" if is_("is_dir", path) else "does not exist"
         ck.add(data, "REFERENCES", f"expected a reference file (YAML, docs/references.md), {path} {what}")
         return path, ()
     ref, problems = load_reference_file(Path(path), known, need_match=False)
@@ -591,7 +429,7 @@ def _load_references(ck: _Checker, data, vendor, source_root, case_paths=()) -> 
     return path, (ref,) if ref is not None else ()
 
 
-def _load_cases(ck: _Checker, data, cluster, vendor, source_root, case_paths=()) -> list:
+def _load_cases(ck: Checker, data, cluster, vendor, source_root, case_paths=()) -> list:
     cases_map = data.get("CASES")
     if "CASES" not in data:
         ck.problems.append(f"{ck.path}: CASES: required key is missing; expected a mapping "
@@ -636,7 +474,7 @@ def _load_cases(ck: _Checker, data, cluster, vendor, source_root, case_paths=())
         nnodes = len(cluster.hosts) if case.each and cluster is not None else case.nnodes
         if case.each and cluster is not None:
             _check_each(ck, cases_map, key, label, cluster)
-            if resolved and any(h.is_local for h in cluster.hosts) and not _is("is_dir", resolved):
+            if resolved and any(h.is_local for h in cluster.hosts) and not is_("is_dir", resolved):
                 ck.add(cases_map, key, f"data directory {resolved} does not exist on localhost", label)
         elif cluster is not None and case.nnodes > len(cluster.hosts):
             ck.add(cases_map, key, f"nnodes {case.nnodes} exceeds the {len(cluster.hosts)} host(s) in "
@@ -647,7 +485,7 @@ def _load_cases(ck: _Checker, data, cluster, vendor, source_root, case_paths=())
                                    "its MASTER_ADDR 127.0.0.1; list this machine by an address they can reach",
                    label)
         elif cluster is not None and resolved and any(h.is_local for h in cluster.hosts[:case.nnodes]):
-            if not _is("is_dir", resolved):
+            if not is_("is_dir", resolved):
                 ck.add(cases_map, key, f"data directory {resolved} does not exist on localhost", label)
         cases.append(CaseSpec(key, case.model, case.framework, case.hw, nnodes, case.nproc, case.repeat,
                               data_dir=resolved, each=case.each, framework_full=case.framework_full,
@@ -655,7 +493,7 @@ def _load_cases(ck: _Checker, data, cluster, vendor, source_root, case_paths=())
     return cases
 
 
-def _check_model(ck: _Checker, mapping, key, label, model: str, known, source_root, case_paths) -> None:
+def _check_model(ck: Checker, mapping, key, label, model: str, known, source_root, case_paths) -> None:
     if model in known:
         return
     bench = source_root / "benchmarks" / model
@@ -666,7 +504,7 @@ def _check_model(ck: _Checker, mapping, key, label, model: str, known, source_ro
     ck.add(mapping, key, f"model {model!r} has no benchmark ({where_}); {hint}", label)
 
 
-def _base_mode(ck: _Checker, data) -> str | None:
+def _base_mode(ck: Checker, data) -> str | None:
     """BENCHMARKS_OR_TOOLKITS (FlagPerf's base config): BENCHMARK or TOOLKIT, any case."""
     if "BENCHMARKS_OR_TOOLKITS" not in data:
         return None
@@ -678,7 +516,7 @@ def _base_mode(ck: _Checker, data) -> str | None:
     return None
 
 
-def _case_paths(ck: _Checker, data) -> list:
+def _case_paths(ck: Checker, data) -> list:
     """CASE_PATHS: existing folders, resolved against the config file."""
     value = data.get("CASE_PATHS")
     if value is None:
@@ -694,16 +532,16 @@ def _case_paths(ck: _Checker, data) -> list:
         except ValueError as exc:
             ck.add(data, "CASE_PATHS", str(exc), label)
             continue
-        if not _is("is_dir", path):
+        if not is_("is_dir", path):
             ck.add(data, "CASE_PATHS", f"expected a folder of cases, {path} "
-                                       f"{'is not a directory' if _is('exists', path) else 'does not exist'}", label)
+                                       f"{'is not a directory' if is_('exists', path) else 'does not exist'}", label)
             continue
         if str(path) not in out:
             out.append(str(path))
     return out
 
 
-def _flagperf_checkout(ck: _Checker, data, base_mode) -> list:
+def _flagperf_checkout(ck: Checker, data, base_mode) -> list:
     """FlagPerf's FLAGPERF_PATH (a training/, base/, ... checkout) as a CASE_PATHS folder: its benchmarks/ (or
     toolkits/ for a TOOLKIT base config). flagperf's own FLAGPERF_PATH then keeps its default."""
     value = ck.path_value(data, "FLAGPERF_PATH")
@@ -712,7 +550,7 @@ def _flagperf_checkout(ck: _Checker, data, base_mode) -> list:
     kind = flagperf_kind(ck.path, data)
     sub = "toolkits" if base_mode == "toolkit" else "benchmarks"
     folder = Path(value) / sub
-    if not _is("is_dir", folder):
+    if not is_("is_dir", folder):
         ck.add(data, "FLAGPERF_PATH", f"a FlagPerf {kind} folder: expected its {sub}/ at {folder} (a directory on "
                                       f"this machine); point FLAGPERF_PATH at your FlagPerf {kind} checkout, or "
                                       f"remove it")
@@ -730,7 +568,7 @@ def flagperf_kind(path, data) -> str:
     return "training/" if is_python_config(path) else "inference/ or operation/"
 
 
-def _load_base_cases(ck: _Checker, data, cluster, vendor, source_root, case_paths) -> list:
+def _load_base_cases(ck: Checker, data, cluster, vendor, source_root, case_paths) -> list:
     """CASES of a FlagPerf base config: ``"<case>[:<chip>]": "<image dir>"``; every case runs on all HOSTS
     with NPROC_PER_NODE ranks each, once."""
     nproc = _nproc_per_node(ck, data)
@@ -783,7 +621,7 @@ def _load_base_cases(ck: _Checker, data, cluster, vendor, source_root, case_path
     return cases
 
 
-def _nproc_per_node(ck: _Checker, data) -> int | None:
+def _nproc_per_node(ck: Checker, data) -> int | None:
     """NPROC_PER_NODE: a number (or a string of digits), or auto (the default): every accelerator."""
     value = data.get("NPROC_PER_NODE", "auto")
     if isinstance(value, str) and value.strip().lower() == "auto":
@@ -796,7 +634,7 @@ def _nproc_per_node(ck: _Checker, data) -> int | None:
     return value
 
 
-def _check_each(ck: _Checker, cases_map, key, label, cluster) -> None:
+def _check_each(ck: Checker, cases_map, key, label, cluster) -> None:
     """An ``each`` case runs one job per host, host i's rank 0 listening on MASTER_PORT + i: every such port
     must exist."""
     count = len({h.address for h in cluster.hosts})
@@ -806,8 +644,15 @@ def _check_each(ck: _Checker, cases_map, key, label, cluster) -> None:
 
 
 def default_cluster() -> ClusterConfig:
-    return ClusterConfig(None, (HostSpec(LOCALHOST, None, None, None, sys.executable, ""),),
-                         str(Path("~/.ssh/known_hosts").expanduser()), 29501)
+    """No cluster config: the default scheduler's cluster of this machine alone."""
+    reg = registration(DEFAULT_SCHEDULER)
+    assert reg is not None
+    problems: list = []
+    data = LineMap({"HOSTS": [LOCALHOST]})
+    data.lines = {}
+    options = load_options(reg, Checker(Path("(default cluster)"), problems), data)
+    assert options is not None and not problems
+    return ClusterConfig(None, options.plan_hosts((), ""), DEFAULT_MASTER_PORT, DEFAULT_SCHEDULER, options)
 
 
 def _load_cluster(path: Path | None, problems: list, warnings: list | None = None) -> ClusterConfig | None:
@@ -818,114 +663,36 @@ def _load_cluster(path: Path | None, problems: list, warnings: list | None = Non
         problems.extend(yproblems)
         return None
     if not isinstance(data, LineMap):
-        problems.append(f"{path}: expected a mapping of cluster keys (HOSTS, SSH_PORT, ...)")
+        problems.append(f"{path}: expected a mapping of cluster keys (HOSTS, MASTER_PORT, ...)")
         return None
-    ck = _Checker(path, problems, warnings)
-    ck.unknown_keys(data, _cluster_keys(data), ignored=CLUSTER_IGNORED,
+    ck = Checker(path, problems, warnings)
+    ck.unknown_keys(data, _cluster_keys(data), ignored={k: FLAGPERF_IGNORED[k] for k in CLUSTER_IGNORED},
                     elsewhere=(TEST_KEYS + tuple(FLAGPERF_IGNORED), "the test config", "a cluster config"))
     return _cluster_from(path, data, problems, warnings)
 
 
 def _cluster_keys(data) -> tuple:
     """The cluster keys, with those of the SCHEDULER named in ``data`` (its own keys are known keys too)."""
-    named = data.get("SCHEDULER", "ssh")
+    named = data.get("SCHEDULER", DEFAULT_SCHEDULER)
     own = registration(named) if isinstance(named, str) else None
-    return CLUSTER_KEYS + (own.cluster_keys if own else ())
+    return COMMON_CLUSTER_KEYS[:2] + (own.cluster_keys if own else ()) + COMMON_CLUSTER_KEYS[2:]
 
 
 def _cluster_from(path: Path, data: LineMap, problems: list, warnings: list | None) -> ClusterConfig | None:
-    """The cluster keys of ``data`` (a cluster config, or a test config that lists HOSTS), checked."""
-    ck = _Checker(path, problems, warnings)
-    scheduler = ck.get(data, "SCHEDULER", str, "ssh")
-    if registration(scheduler) is None:
-        ck.add(data, "SCHEDULER", f"expected one of {', '.join(backend_names())}, got {scheduler!r}")
-        scheduler = "ssh"
-    port = _port(ck, data, "SSH_PORT", None)
-    user = ck.get(data, "SSH_USER", str, None)
-    key = ck.path_value(data, "SSH_KEY")
-    known_hosts = ck.path_value(data, "KNOWN_HOSTS", str(Path("~/.ssh/known_hosts").expanduser()))
-    master_port = _port(ck, data, "MASTER_PORT", 29501)
-    python = ck.get(data, "PYTHON", str, None)
+    """The cluster keys of ``data`` (a cluster config, or a test config that lists HOSTS), checked: the common
+    ones here, the scheduler's own by its registration's options module."""
+    ck = Checker(path, problems, warnings)
+    scheduler = ck.get(data, "SCHEDULER", str, DEFAULT_SCHEDULER)
     reg = registration(scheduler)
-    if reg is not None and not reg.host_list:      # the scheduler picks the nodes (its options check the keys)
-        options = load_options(reg, ck, data)
-        if options is not None and getattr(options, "derived_port", False):
-            master_port = getattr(options, "placeholder_port", master_port)
-        return ClusterConfig(path, (), known_hosts, master_port or 29501, scheduler, options)
-    hosts_raw = data.get("HOSTS")
-    hosts = []
-    if "HOSTS" not in data:
-        problems.append(f"{path}: HOSTS: required key is missing; expected a list of addresses")
-    elif not isinstance(hosts_raw, list) or not hosts_raw:
-        ck.add(data, "HOSTS", "expected a non-empty list of addresses or {HOST: ...} mappings")
-    elif len(hosts_raw) > MAX_HOSTS:
-        ck.add(data, "HOSTS", f"expected at most {MAX_HOSTS} hosts, got {len(hosts_raw)}")
-    else:
-        for i, entry in enumerate(hosts_raw):
-            label = f"HOSTS[{i}]"
-            if isinstance(entry, str) and entry.strip():
-                address, entry = entry.strip(), LineMap()
-                entry.lines = {}
-            elif isinstance(entry, LineMap):
-                ck.unknown_keys(entry, HOST_KEYS, prefix=f"{label}.")
-                address = ck.get(entry, "HOST", str, None, f"{label}.HOST")
-                if not address:
-                    problems.append(f"{path}: {label}: HOST is required in a host mapping")
-                    continue
-            else:
-                problems.append(f"{where(path, data, 'HOSTS')}: {label}: expected an address string or a mapping "
-                                f"with HOST, got {entry!r}")
-                continue
-            if len(address) > 253 or not re.fullmatch(r"[A-Za-z0-9_.:%\[\]-]+", address):
-                problems.append(f"{where(path, data, 'HOSTS')}: {label}: {address!r} is not a host name or address")
-                continue
-            host_python = ck.get(entry, "PYTHON", str, None, f"{label}.PYTHON")
-            if host_python is None:
-                host_python = python or (sys.executable if address == LOCALHOST else "python3")
-            hosts.append(HostSpec(
-                address=address,
-                ssh_port=_port(ck, entry, "SSH_PORT", port, f"{label}.SSH_PORT"),
-                ssh_user=ck.get(entry, "SSH_USER", str, None, f"{label}.SSH_USER") or user,
-                ssh_key=ck.path_value(entry, "SSH_KEY", key, f"{label}.SSH_KEY"),
-                python=host_python,
-                flagperf_path=_host_path(ck, entry, label),
-            ))
-    if not hosts:
-        return None     # the problems are reported above; checking the cases against 0 hosts would only repeat them
-    if any(not h.is_local for h in hosts) and Path(known_hosts).is_dir():
-        ck.add(data, "KNOWN_HOSTS", f"expected a known_hosts file, {known_hosts} is a directory")
-    return ClusterConfig(path, tuple(hosts), known_hosts, master_port or 29501, scheduler)
-
-
-def _host_path(ck, entry, label) -> str:
-    value = ck.get(entry, "FLAGPERF_PATH", str, None, f"{label}.FLAGPERF_PATH")
-    if value is None:
-        return ""
-    # Remote paths are taken as written (absolute); only localhost paths resolve against the file.
-    try:
-        return str(resolve(ck.path, value)) if not value.startswith("/") else str(_checked_remote(value))
-    except ValueError as exc:
-        ck.add(entry, "FLAGPERF_PATH", str(exc), f"{label}.FLAGPERF_PATH")
-        return ""
-
-
-def _checked_remote(value: str) -> str:
-    if "\0" in value:
-        raise ValueError(f"a path may not hold a NUL character, got {value!r}")
-    _check_length(value, value)
-    return value
-
-
-def _port(ck, mapping, key, default, label=None) -> int | None:
-    """A port: an integer, or a string of digits as FlagPerf writes them (SSH_PORT = "22")."""
-    value = ck.get(mapping, key, (int, str), default, label)
-    if isinstance(value, str):
-        if not re.fullmatch(r"[0-9]{1,5}", value.strip()):
-            ck.add(mapping, key, f"expected a TCP port 1-65535 (a number, or a string of digits), got {value!r}",
-                   label)
-            return default
-        value = int(value.strip())
-    if value is not None and not 1 <= value <= 65535:
-        ck.add(mapping, key, f"expected a TCP port 1-65535, got {value}", label)
-        return default
-    return value
+    if reg is None:
+        ck.add(data, "SCHEDULER", f"expected one of {', '.join(backend_names())}, got {scheduler!r}")
+        scheduler = DEFAULT_SCHEDULER
+        reg = registration(scheduler)
+        assert reg is not None
+    master_port = ck.port(data, "MASTER_PORT", DEFAULT_MASTER_PORT) or DEFAULT_MASTER_PORT
+    ck.get(data, "PYTHON", str, None)       # its type; each options module reads what it means
+    options = load_options(reg, ck, data)
+    if options is None:
+        return None     # the problems are reported; checking the cases against no hosts would only repeat them
+    hosts = options.plan_hosts((), "") if reg.host_list else ()
+    return ClusterConfig(path, hosts, options.plan_master_port(master_port), scheduler, options)

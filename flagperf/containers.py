@@ -12,25 +12,30 @@ import re
 import shlex
 from dataclasses import dataclass
 
+from flagperf.vendors import split_volume
+from flagperf_contract import ENV_PREPARE_LOG
+
 LABEL_RUN, LABEL_CASE, LABEL_ROUND, LABEL_NODE = "flagperf.run", "flagperf.case", "flagperf.round", "flagperf.node"
+
+ENV_PREPARE_FAILED_EXIT = 90       # the container's exit status when the environment preparation failed
 
 # Runs inside the container: $1 benchmark dir, $2 node dir, then the node launcher's argv. One line, so that the
 # `docker run` line of --dry-run stays one line: install the benchmark's requirements.txt and source its
-# environment_variables.sh (both logged to env_prepare.log), then exec the node launcher.
+# environment_variables.sh (both logged to ENV_PREPARE_LOG), then exec the node launcher.
 PREPARE_AND_LAUNCH = " ".join([
     'bench=$1; node=$2; shift 2;',
     '{ echo "# environment preparation in $bench (package index: ${PIP_INDEX_URL:-the default})";',
     'if [ -f "$bench/requirements.txt" ]; then',
     'echo "\\$ python3 -m pip install -r $bench/requirements.txt ${PIP_INDEX_URL:+--index-url $PIP_INDEX_URL}";',
     'python3 -m pip install --disable-pip-version-check -r "$bench/requirements.txt"',
-    '${PIP_INDEX_URL:+--index-url "$PIP_INDEX_URL"} || exit 90; fi;',
+    f'${{PIP_INDEX_URL:+--index-url "$PIP_INDEX_URL"}} || exit {ENV_PREPARE_FAILED_EXIT}; fi;',
     'if [ -f "$bench/environment_variables.sh" ]; then echo "\\$ . $bench/environment_variables.sh"; fi;',
-    '} >>"$node/env_prepare.log" 2>&1',
-    '|| { echo "environment preparation failed: see $node/env_prepare.log" >&2; exit 90; };',
+    f'}} >>"$node/{ENV_PREPARE_LOG}" 2>&1',
+    f'|| {{ echo "environment preparation failed: see $node/{ENV_PREPARE_LOG}" >&2; '
+    f'exit {ENV_PREPARE_FAILED_EXIT}; }};',
     'if [ -f "$bench/environment_variables.sh" ]; then . "$bench/environment_variables.sh"; fi;',
     'exec "$@"',
 ])
-ENV_PREPARE_FAILED_EXIT = 90
 
 
 def container_name(run_id: str, case: str, round_index: int, node_rank: int) -> str:
@@ -98,7 +103,6 @@ def container_run(spec, *, name: str, image: str, image_folder: str = "", comman
     """One node's ContainerRun from the vendor's ContainerSpec (vendors.py): its volumes, then ``extra_mounts``
     ((host, container, mode), ...) for paths the vendor did not mount itself; its env, then ``extra_env``
     ((name, value), ...) for the names it does not set itself (PIP_INDEX_URL from PIP_SOURCE)."""
-    from flagperf.vendors import split_volume
     mounts = [split_volume(v) for v in spec.volumes]
     for m in extra_mounts:
         if m[0] and all(have[0] != m[0] for have in mounts):

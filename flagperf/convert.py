@@ -11,21 +11,23 @@ from __future__ import annotations
 
 import os
 import re
-import tempfile
 from pathlib import Path
 
 import yaml
 
 from flagperf.config import (CLUSTER_IGNORED, CLUSTER_KEYS, FLAGPERF_IGNORED, TEST_KEYS, close_key, flagperf_kind,
                              resolve)
+from flagperf.backends.hostlist_options import PATH_KEYS as HOSTLIST_PATH_KEYS
+from flagperf.backends.hostlist_options import PORT_KEYS as HOSTLIST_PORT_KEYS
 from flagperf.errors import ConfigError
 from flagperf.pyconfig import is_python_config, load_config_file
 from flagperf.yamlio import LineMap, one_line, where
+from flagperf_contract import write_atomic
 
 TEST_FILE, CLUSTER_FILE = "test_conf.yaml", "cluster.yaml"
 PATH_KEYS = ("FLAGPERF_LOG_PATH", "EXTRA_CA_BUNDLE", "REFERENCES")      # resolved against the source file
-CLUSTER_PATH_KEYS = ("SSH_KEY", "KNOWN_HOSTS")
-PORT_KEYS = ("SSH_PORT", "MASTER_PORT")
+CLUSTER_PATH_KEYS = HOSTLIST_PATH_KEYS
+PORT_KEYS = HOSTLIST_PORT_KEYS + ("MASTER_PORT",)
 
 
 class _Source:
@@ -69,7 +71,7 @@ def convert(files, out_dir: Path, *, force: bool = False) -> list:
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
     for name, text in outputs.items():
-        _write(out_dir / name, text)
+        write_atomic(out_dir / name, text, mode=0o644)     # a symlink at the name is replaced, not followed
         written.append(out_dir / name)
     return written
 
@@ -275,19 +277,3 @@ def _check_outputs(out_dir: Path, outputs: dict, sources: list, force: bool) -> 
             problems.append(f"{target}: exists and is not a file")
     if problems:
         raise ConfigError(problems)
-
-
-def _write(path: Path, text: str) -> None:
-    """Write through a temporary file renamed over ``path``: a symlink at ``path`` is replaced, not followed."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise

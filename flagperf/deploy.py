@@ -12,6 +12,7 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+from flagperf.caselaunch import deploy_folders, needs_deploy
 from flagperf.hosts.treesync import local_hashes, sha256_file
 from flagperf.ownership import claim_tree, tree_note
 
@@ -29,11 +30,7 @@ class DeployResult:
     same_tree: bool = False       # the host's FLAGPERF_PATH is the driver's own tree: nothing to do
     notes: tuple = ()             # what was not sent from a case folder, and why
     tree: str = ""                # how FLAGPERF_PATH is flagperf's: created, adopted-empty, adopted-older, owned
-
-    @property
-    def tree_note(self) -> str:
-        """What deploy did to FLAGPERF_PATH itself (created it, adopted it), for the terminal; "" otherwise."""
-        return tree_note(self.tree)
+    tree_note: str = ""           # what deploy did to FLAGPERF_PATH itself (created, adopted), for the terminal
 
 
 @dataclass(frozen=True)
@@ -78,16 +75,11 @@ def case_tree(folder, dest_rel: str) -> CaseTree:
 
 def case_trees(config) -> tuple:
     """Every CASE_PATHS folder the config's cases use, hashed once for all hosts."""
-    from flagperf.caselaunch import deploy_folders
     return tuple(case_tree(folder, rel) for folder, rel in deploy_folders(config))
 
 
 def local_manifest(source_root: Path) -> dict:
     return local_hashes(source_root, DEPLOY_DIRS)
-
-
-def needs_deploy(host, source_root: Path) -> bool:
-    return not (host.is_local and Path(host.flagperf_path).resolve() == Path(source_root).resolve())
 
 
 def deploy_host(transport, source_root: Path, manifest: dict | None = None, cases: tuple = ()) -> DeployResult:
@@ -110,4 +102,5 @@ def deploy_host(transport, source_root: Path, manifest: dict | None = None, case
             sent += transport.put_files(tree.folder, differ, str(PurePosixPath(dest) / tree.rel))
         total, n_differ = total + len(tree.files), n_differ + len(differ)
         notes += [f"{tree.folder / rel}: {why}" for rel, why in sorted(tree.skipped.items())]
-    return DeployResult(host.address, dest, total, n_differ, sent, notes=tuple(notes), tree=how)
+    return DeployResult(host.address, dest, total, n_differ, sent, notes=tuple(notes), tree=how,
+                        tree_note=tree_note(how))

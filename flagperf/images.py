@@ -11,11 +11,31 @@ import hashlib
 import io
 import json
 import re
+import socket
 import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
 CA_FILE = "extra-ca.crt"
+
+
+def is_timeout(exc: BaseException) -> bool:
+    """True when ``exc``, or an error it wraps, is a timeout of the daemon connection (requests, urllib3, socket):
+    told apart by type, wherever requests put the cause (``__cause__``, ``args``, a retry error's ``reason``)."""
+    import requests
+    import urllib3
+    kinds = (requests.exceptions.Timeout, urllib3.exceptions.TimeoutError, socket.timeout, TimeoutError)
+    seen: set = set()
+    todo: list = [exc]
+    while todo:
+        e = todo.pop()
+        if not isinstance(e, BaseException) or id(e) in seen:
+            continue
+        seen.add(id(e))
+        if isinstance(e, kinds):
+            return True
+        todo += [e.__cause__, e.__context__, getattr(e, "reason", None), *e.args]
+    return False
 
 
 class ImageError(Exception):
@@ -119,7 +139,7 @@ def ensure_image(client, spec: ImageSpec, log_path: Path, nocache: bool = False,
             error = str(exc)
             log.write(f"ERROR: {error}\n")
         except (requests.exceptions.Timeout, requests.exceptions.ConnectionError) as exc:
-            silent = isinstance(exc, requests.exceptions.Timeout) or "timed out" in str(exc)
+            silent = is_timeout(exc)
             error = (f"no output from the daemon for {build_timeout:g} s" if silent and build_timeout
                      else f"the daemon connection failed: {exc}")
             log.write(f"ERROR: {error}\n")

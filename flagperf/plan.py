@@ -14,11 +14,13 @@ import time
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+from flagperf.backends.options import HostSpec
 from flagperf.caselaunch import case_source, in_place_mounts, node_command
-from flagperf.config import CaseSpec, Config, HostSpec
+from flagperf.config import CaseSpec, Config
 from flagperf.containers import (LABEL_CASE, LABEL_NODE, LABEL_ROUND, LABEL_RUN, PREPARE_AND_LAUNCH, ContainerRun,
                                  container_name, container_run)
 from flagperf.errors import ConfigError
+from flagperf.images import ImageError, image_spec
 from flagperf.yamlio import load_yaml_file
 from flagperf_contract import CASE_CONFIG_FILE, LAUNCH_FILE, MONITOR_OUTPUT, LaunchSpec
 
@@ -39,6 +41,7 @@ class NodePlan:
     launch: LaunchSpec      # written to <node_dir>/launch.json for the node launcher
     case_config: dict       # written to <node_dir>/case_config.json for the ranks
     container: ContainerRun | None = None
+    master_port: int = 0    # where rank 0 listens (MASTER_PORT; a scheduler's placeholder until its job runs)
 
     @property
     def label(self) -> str:
@@ -67,6 +70,7 @@ class CasePlan:
     name: str
     config_files: tuple     # case-config files merged, in order
     rounds: tuple
+    timeout_s: float = 7200.0   # CASE_TIMEOUT: how long each round may run
 
     @property
     def hosts(self) -> tuple:
@@ -204,7 +208,7 @@ def build_plan(config: Config, run_id: str | None = None, accelerators: dict | N
                 nodes = [_node(config, case, name, k, case_cfg, host, node_rank, master, run_id, round_rel, run_dir)
                          for node_rank, host in enumerate(config.cluster.hosts[:case.nnodes])]
             rounds.append(RoundPlan(k, run_dir / name / f"round{k}", tuple(nodes)))
-        cases.append(CasePlan(case, name, files, tuple(rounds)))
+        cases.append(CasePlan(case, name, files, tuple(rounds), t.case_timeout))
     return Plan(run_id, run_dir, config, tuple(cases), tuple(notes))
 
 
@@ -227,23 +231,18 @@ def each_port(config: Config, index: int) -> int:
 def host_result_root(host, config) -> PurePosixPath:
     """Where a host writes its node directories: FLAGPERF_LOG_PATH on localhost (straight into the driver's
     tree), ``<FLAGPERF_PATH of the host>/result`` on any other host (collected to the driver after each round).
-    A scheduler whose nodes share the driver's result path (SLURM_SHARED_FS) writes straight there too."""
-    if host.is_local or getattr(config.cluster.options, "results_shared", False):
+    A backend whose nodes share the driver's result path (its options' ``results_on_driver``) writes straight there
+    too."""
+    if host.is_local or config.cluster.options.results_on_driver:
         return PurePosixPath(config.test.log_path)
     return PurePosixPath(host.flagperf_path) / "result"
-
-
-def master_address(host) -> str:
-    if host.is_local:
-        return "127.0.0.1"
-    from flagperf.sshconfig import resolved_address
-    return resolved_address(host.address)
 
 
 def _node(config, case, case_name, round_index, case_cfg, host, node_rank, master, run_id, round_rel,
           run_dir, *, master_port: int | None = None, slot: int | None = None) -> NodePlan:
     t, vendor = config.test, config.vendor
-    in_container = t.runtime == "docker"
+    in_container = t.runtime in config.cluster.options.container_runtimes
+    port = config.cluster.master_port if master_port is None else master_port
     # Ranks and the node launcher use the host's PYTHON, or the image's python3 inside a container.
     python = CONTAINER_PYTHON if in_container else host.python
     fp = PurePosixPath(host.flagperf_path)
@@ -251,10 +250,10 @@ def _node(config, case, case_name, round_index, case_cfg, host, node_rank, maste
     node_dir = str(host_result_root(host, config) / round_rel / label)
     local_dir = run_dir.parent / round_rel / label
     ranks = tuple(range(node_rank * case.nproc, (node_rank + 1) * case.nproc))
-    master_addr = master_address(master)
+    master_addr = config.cluster.options.master_address(master)
     env = {
         "MASTER_ADDR": master_addr,
-        "MASTER_PORT": str(config.cluster.master_port if master_port is None else master_port),
+        "MASTER_PORT": str(port),
         "NNODES": str(case.nnodes),
         "NODE_RANK": str(node_rank),
         "WORLD_SIZE": str(case.nnodes * case.nproc),
@@ -262,13 +261,13 @@ def _node(config, case, case_name, round_index, case_cfg, host, node_rank, maste
         "FLAGPERF_VENDOR": vendor.name,
         "FLAGPERF_DEVICE": vendor.torch_device or vendor.device,
         "FLAGPERF_DIST_BACKEND": vendor.dist_backend,
-        "FLAGPERF_TORCH_PLUGIN": getattr(vendor, "torch_plugin", None) or "",
+        "FLAGPERF_TORCH_PLUGIN": vendor.torch_plugin or "",
         "FLAGPERF_RUN_ID": run_id,
         "FLAGPERF_FRAMEWORK": case.framework_full or case.framework,     # as written: pytorch_2.0
     }
     # what starts: every rank's argv, or one command per node (benchmark.yaml, main.sh, toolkits, torchrun)
     cmd = node_command(config, case, host, python=python, node_rank=node_rank, node_dir=node_dir,
-                       master_addr=master_addr, master_port=int(env["MASTER_PORT"]), base_env=env)
+                       master_addr=master_addr, master_port=port, base_env=env)
     slot = node_rank if slot is None else slot      # each: the job's index, so that names never clash
     cname = container_name(run_id, case_name, round_index, slot) if in_container else None
     launch = LaunchSpec(
@@ -289,12 +288,11 @@ def _node(config, case, case_name, round_index, case_cfg, host, node_rank, maste
         container = _container(config, case, host, launch, launcher_argv, node_dir, run_id, case_name, round_index,
                                slot, cname)
     return NodePlan(host, node_rank, ranks, node_dir, local_dir, master_addr, launcher_argv, monitor_argv, launch,
-                    case_cfg, container)
+                    case_cfg, container, port)
 
 
 def _container(config, case, host, launch, launcher_argv, node_dir, run_id, case_name, round_index, node_rank,
                name) -> ContainerRun:
-    from flagperf.images import ImageError, image_spec
     try:
         image = image_spec(config, case.framework)
     except ImageError as exc:

@@ -1,18 +1,60 @@
-"""Live progress of a run: what the pipeline is doing, per case, round and node.
+"""What a run shows while it runs: its log lines on the terminal and in the run log, and the live panel.
 
-The pipeline reports through a ``Progress`` object (``stage``, ``round``, ``node``, ``round_done``); the
-default one does nothing, so the pipeline's own log lines are all a non-terminal output (CI, a pipe) gets.
-On a terminal, ``LiveProgress`` keeps a rich Live panel under the scrolling log lines: the current stage, and
-for the running round every node's state (connecting, deploying, building, starting, running, stopping,
-collecting, done, failed) with the round's elapsed time against CASE_TIMEOUT.
+The run's stages report through one :class:`Console`: ``step`` (a line for the terminal and the run log),
+``detail`` (the run log only), ``cmd`` (a command a node runs, in the run log), ``lines`` (the last lines of a
+log that explains a failure), and the live panel's ``stage``, ``round``, ``node`` and ``round_done``. The panel
+is a :class:`Progress`: the default one does nothing, so the log lines are all a non-terminal output (CI, a
+pipe) gets. On a terminal, ``LiveProgress`` keeps a rich Live panel under the scrolling log lines: the current
+stage, and for the running round every node's state (waiting, preparing, running, collecting, ...) with the
+round's elapsed time against CASE_TIMEOUT.
 """
 from __future__ import annotations
 
+import logging
+import shlex
 import threading
 import time
 
-NODE_STATES = ("waiting", "preparing", "building", "starting", "running", "stopping", "collecting", "done",
-               "failed", "lost")
+
+class Console:
+    """The one output of a run's stages. ``say`` prints a line on the terminal; ``log`` is the run log;
+    ``progress`` the live panel."""
+
+    def __init__(self, say=print, log: logging.Logger | None = None, progress: "Progress | None" = None):
+        self.say = say
+        self.log = log or logging.getLogger("flagperf.run")
+        self.progress = progress or Progress()
+
+    def step(self, message: str, level: int = logging.INFO) -> None:
+        """A line for the terminal and the run log; WARNING and above are prefixed with their level."""
+        self.log.log(level, message)
+        self.say(message if level < logging.WARNING else f"{logging.getLevelName(level)}: {message}")
+
+    def detail(self, message: str, level: int = logging.INFO) -> None:
+        """A line for the run log only."""
+        self.log.log(level, message)
+
+    def cmd(self, label: str, argv) -> None:
+        """A command a node runs, in the run log."""
+        self.log.info(f"{label}: $ {shlex.join(argv)}")
+
+    def lines(self, lines) -> None:
+        """The last lines of a log that explains a failure, indented, on the terminal and in the run log."""
+        for line in lines:
+            self.say(f"    | {line}")
+            self.log.error(f"    | {line}")
+
+    def stage(self, text: str) -> None:
+        self.progress.stage(text)
+
+    def round(self, label: str, nodes, timeout_s: float) -> None:
+        self.progress.round(label, nodes, timeout_s)
+
+    def node(self, label: str, state: str, detail: str = "") -> None:
+        self.progress.node(label, state, detail)
+
+    def round_done(self, status: str) -> None:
+        self.progress.round_done(status)
 
 
 class Progress:
@@ -93,7 +135,7 @@ class LiveProgress(Progress):
 
 def for_console(console) -> Progress:
     """LiveProgress on an interactive terminal, else the silent default."""
-    if getattr(console, "is_terminal", False) and not getattr(console, "is_dumb_terminal", False):
+    if console.is_terminal and not console.is_dumb_terminal:
         try:
             return LiveProgress(console)
         except Exception:  # noqa: BLE001 - no live display: the log lines remain

@@ -17,7 +17,8 @@ import ast
 import posixpath
 from pathlib import Path
 
-from flagperf.yamlio import MAX_DEPTH, MAX_FILE_BYTES, MAX_INT, MAX_NODES, LineMap, _bad_char, _read_text, one_line
+from flagperf.yamlio import (MAX_DEPTH, MAX_FILE_BYTES, MAX_INT, MAX_NODES, LineMap, _bad_char, _read_text,
+                            load_yaml_file, one_line)
 
 MAX_STRING_CHARS = MAX_FILE_BYTES       # one string built by + , an f-string or os.path.join
 MAX_BUILT_CHARS = 16 * MAX_FILE_BYTES   # all strings built so, together
@@ -299,5 +300,4 @@ def load_config_file(path: Path) -> tuple:
     """(data, problems) of a test or cluster config: FlagPerf's Python module for a ``.py`` file, else YAML."""
     if is_python_config(path):
         return load_python_file(path)
-    from flagperf.yamlio import load_yaml_file
     return load_yaml_file(path)

@@ -8,7 +8,8 @@ describes the format.
 
 Loading is strict: every problem is a one-line message naming the file, the line and the key, and the caller
 (``flagperf.config``) reports them as config errors (exit 2). :func:`judge_case` is pure: from a case's summary
-and its merged case configuration to a list of verdicts (plain dicts, stored in summary.json).
+and its merged case configuration to a list of :class:`~flagperf.records.ReferenceVerdict` (stored in
+summary.json).
 :func:`flagperf.results.interpret.case_status` turns a failed verdict into the status ``below_reference``.
 """
 
@@ -16,10 +17,11 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from flagperf.records import ABOVE, BELOW, NOT_MEASURED, UNIT_MISMATCH, WITHIN, ReferenceVerdict
 from flagperf.yamlio import LineMap, load_yaml_file, one_line, where
 
 FILE_KEYS = ("match", "description", "benchmarks")
@@ -27,13 +29,7 @@ QUALIFIERS = ("world_size", "nnodes", "nproc", "hw", "preset", "config")
 ENTRY_KEYS = QUALIFIERS + ("note", "metrics")
 METRIC_KEYS = ("expected", "tolerance", "better_tolerance", "higher_is_better", "unit", "source", "note")
 _NAME = re.compile(r"[A-Za-z0-9_.+-]+")
-
-# Verdict results: the metric's median over the passed rounds against the reference.
-WITHIN = "within"               # inside the tolerance
-BELOW = "below"                 # worse than the reference by more than ``tolerance``: fails the case
-ABOVE = "above"                 # better by more than ``tolerance``: flagged; fails only past ``better_tolerance``
-NOT_MEASURED = "not_measured"   # the passed rounds did not report the metric
-UNIT_MISMATCH = "unit_mismatch"  # measured in another unit than the reference's: fails the case
+# Verdict results (flagperf.records): WITHIN, BELOW, ABOVE, NOT_MEASURED, UNIT_MISMATCH
 
 
 @dataclass(frozen=True)
@@ -357,30 +353,25 @@ def measured(case, name: str) -> tuple:
     return s["median"], s["n"], unit
 
 
-def verdict(m: MetricRef, value, rounds: int, unit, *, higher_is_better: bool = True, reference: str = "") -> dict:
+def verdict(m: MetricRef, value, rounds: int, unit, *, higher_is_better: bool = True,
+            reference: str = "") -> ReferenceVerdict:
     """One metric's median against its reference, as stored in summary.json."""
     hib = m.higher_is_better if m.higher_is_better is not None else higher_is_better
-    v = {"metric": m.name, "measured": value, "rounds": rounds, "unit": m.unit, "expected": m.expected,
-         "tolerance": m.tolerance, "better_tolerance": m.better_tolerance, "higher_is_better": hib,
-         "source": m.source, "reference": reference, "deviation": None, "result": WITHIN, "ok": True}
-    if m.note:
-        v["note"] = m.note
+    base = ReferenceVerdict(m.name, value, rounds, m.unit, m.expected, m.tolerance, m.better_tolerance, hib,
+                            m.source, reference, note=m.note)
     if value is None:
-        v["result"] = NOT_MEASURED
-        return v
+        return replace(base, result=NOT_MEASURED)
     if unit is not None and unit != m.unit:
-        v.update(result=UNIT_MISMATCH, ok=False, measured_unit=unit)
-        return v
+        return replace(base, result=UNIT_MISMATCH, ok=False, measured_unit=unit)
     dev = value / m.expected - 1.0
-    v["deviation"] = dev
     gain = dev if hib else -dev             # > 0: better than expected
     if gain < -m.tolerance:
-        v.update(result=BELOW, ok=False)
-    elif m.better_tolerance is not None and gain > m.better_tolerance:
-        v.update(result=ABOVE, ok=False)
-    elif m.better_tolerance is None and gain > m.tolerance:
-        v["result"] = ABOVE         # flagged only
-    return v
+        return replace(base, deviation=dev, result=BELOW, ok=False)
+    if m.better_tolerance is not None and gain > m.better_tolerance:
+        return replace(base, deviation=dev, result=ABOVE, ok=False)
+    if m.better_tolerance is None and gain > m.tolerance:
+        return replace(base, deviation=dev, result=ABOVE)       # flagged only
+    return replace(base, deviation=dev)
 
 
 def judge_case(case, files, case_config: dict) -> tuple:
@@ -408,31 +399,30 @@ def _pct(x) -> str:
     return f"{100 * x:.3g}%"
 
 
-def tolerance_text(v: dict) -> str:
+def tolerance_text(v: ReferenceVerdict) -> str:
     """'-5%' for a higher-is-better metric, '+5%' for a lower-is-better one; with the better side when it fails."""
-    worse = ("-" if v.get("higher_is_better", True) else "+") + _pct(v.get("tolerance") or 0)
-    better = v.get("better_tolerance")
-    if better is None:
+    worse = ("-" if v.higher_is_better else "+") + _pct(v.tolerance or 0)
+    if v.better_tolerance is None:
         return worse
-    return f"{worse}/{'+' if v.get('higher_is_better', True) else '-'}{_pct(better)}"
+    return f"{worse}/{'+' if v.higher_is_better else '-'}{_pct(v.better_tolerance)}"
 
 
-def describe(v: dict) -> str:
+def describe(v: ReferenceVerdict) -> str:
     """One line naming metric, measured, expected, tolerance and the result."""
-    unit = v.get("unit") or ""
-    name, exp = v.get("metric"), f"expected {_num(v.get('expected'))} {unit}, tolerance {tolerance_text(v)}"
-    result = v.get("result")
+    unit = v.unit
+    name, exp = v.metric, f"expected {_num(v.expected)} {unit}, tolerance {tolerance_text(v)}"
+    result = v.result
     if result == NOT_MEASURED:
         return f"{name}: not measured by the passed rounds ({exp})"
     if result == UNIT_MISMATCH:
-        return f"{name} = {_num(v.get('measured'))} {v.get('measured_unit')}: unit mismatch, the reference is in " \
+        return f"{name} = {_num(v.measured)} {v.measured_unit}: unit mismatch, the reference is in " \
                f"{unit} ({exp})"
-    head = f"{name} = {_num(v.get('measured'))} {unit}"
-    dev = v.get("deviation")
+    head = f"{name} = {_num(v.measured)} {unit}"
+    dev = v.deviation
     off = f" ({'+' if (dev or 0) >= 0 else ''}{_pct(dev or 0)})"
     if result == BELOW:
         return f"{head}{off}: below reference: {exp}"
-    if result == ABOVE and not v.get("ok", True):
+    if result == ABOVE and not v.ok:
         return f"{head}{off}: above reference beyond its better_tolerance: {exp}"
     if result == ABOVE:
         return f"{head}{off}: above reference (flagged, not failed): {exp}"
@@ -443,22 +433,22 @@ def case_note(verdicts) -> str:
     """Short text for a table cell: the failing verdicts, or 'passed (within reference)'."""
     if not verdicts:
         return ""
-    bad = [v for v in verdicts if not v.get("ok", True)]
+    bad = [v for v in verdicts if not v.ok]
     if bad:
         return "below reference: " + "; ".join(
-            f"{v.get('metric')} {_num(v.get('measured'))} vs {_num(v.get('expected'))} {v.get('unit') or ''} "
-            f"({tolerance_text(v)})" + (" unit mismatch" if v.get("result") == UNIT_MISMATCH else "")
+            f"{v.metric} {_num(v.measured)} vs {_num(v.expected)} {v.unit} "
+            f"({tolerance_text(v)})" + (" unit mismatch" if v.result == UNIT_MISMATCH else "")
             for v in bad)
-    above = [v for v in verdicts if v.get("result") == ABOVE]
-    if not any(v.get("result") in (WITHIN, ABOVE) for v in verdicts):
+    above = [v for v in verdicts if v.result == ABOVE]
+    if not any(v.result in (WITHIN, ABOVE) for v in verdicts):
         return "no referenced metric measured"
     text = "passed (within reference)"
     if above:
-        text += "; above: " + ", ".join(f"{v.get('metric')} {'+' if (v.get('deviation') or 0) >= 0 else ''}"
-                                         f"{_pct(v.get('deviation') or 0)}" for v in above)
+        text += "; above: " + ", ".join(f"{v.metric} {'+' if (v.deviation or 0) >= 0 else ''}"
+                                         f"{_pct(v.deviation or 0)}" for v in above)
     return text
 
 
 __all__ = ["ABOVE", "BELOW", "NOT_MEASURED", "UNIT_MISMATCH", "WITHIN", "MetricRef", "RefEntry", "ReferenceFile",
-           "case_note", "describe", "judge_case", "load_reference_dir", "load_reference_file", "select_file",
-           "verdict"]
+           "ReferenceVerdict", "case_note", "describe", "judge_case", "load_reference_dir", "load_reference_file",
+           "select_file", "verdict"]

@@ -14,7 +14,7 @@ def plan_lines(plan, backend=None) -> list:
     out = [
         f"run directory: {plan.run_dir}   (nothing is created by --dry-run)",
         f"vendor: {v.name} ({t.vendor_reason}); device {v.torch_device or v.device}, backend {v.dist_backend}"
-        + (f", torch plug-in {v.torch_plugin}" if getattr(v, "torch_plugin", None) else "")
+        + (f", torch plug-in {v.torch_plugin}" if v.torch_plugin else "")
         + f"; accelerator monitor {v.gpu_monitor}",
         f"scheduler: {cfg.cluster.scheduler}; runtime: {t.runtime}; monitor interval {t.monitor_interval:g} s; "
         f"case timeout {t.case_timeout:g} s; clear caches: {'yes' if t.clear_caches else 'no'}",
@@ -24,7 +24,7 @@ def plan_lines(plan, backend=None) -> list:
     for case in plan.cases:
         c = case.case
         out.append("")
-        shape = f"{c.nnodes} node(s) x {c.nproc} rank(s)" if not getattr(c, "each", False) else \
+        shape = f"{c.nnodes} node(s) x {c.nproc} rank(s)" if not c.each else \
             f"each: {c.nnodes} independent job(s), one per host, each 1 node x {c.nproc} rank(s) (no cross-host " \
             f"rendezvous; a host failing does not stop the others)"
         out.append(f"case {case.name}  [{c.key}]  {shape}, {c.repeat} round(s), data: {c.data_dir or '-'}")
@@ -42,7 +42,7 @@ def plan_lines(plan, backend=None) -> list:
                 out.append(f"      monitor:  {shlex.join(node.monitor_argv)}")
                 out.append(f"      launcher: {shlex.join(node.launcher_argv)}")
                 env = " ".join(f"{k}={shlex.quote(val)}" for k, val in spec.env.items())
-                if getattr(spec, "mode", "ranks") == "node":    # one command per node, which starts the ranks
+                if spec.mode == "node":    # one command per node, which starts the ranks
                     out.append(f"      node command (once per node, log node.out.log): (cd {shlex.quote(spec.cwd)} "
                                f"&& {env} {shlex.join(spec.argv)})")
                 else:

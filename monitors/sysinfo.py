@@ -1,17 +1,22 @@
 """sys_info.log: what the host is, written by the monitor into every node directory when it starts.
 
-Standard library only; runs on the hosts. Plain text, one ``key: value`` line per fact, always the same keys in
-the same order (``KEYS``); a fact that cannot be read is ``unknown``, one that does not exist is ``none``.
-Nothing here starts a process or imports torch: torch's versions come from its ``torch/version.py`` (what
-``torch.__version__``, ``torch.version.cuda`` and ``torch.version.hip`` report), found with importlib's
-``find_spec``. The accelerator facts are what the monitor's accelerator plug-in reported when it opened
-(names, driver and CUDA versions). docs/results.md describes the file.
+Standard library and flagperf_contract only; runs on the hosts. Plain text, one ``key: value`` line per fact,
+always the same keys in the same order (``KEYS``); a fact that cannot be read is ``unknown``, one that does not
+exist is ``none``. Nothing here starts a process or imports torch: torch's versions come from its
+``torch/version.py`` (what ``torch.__version__``, ``torch.version.cuda`` and ``torch.version.hip`` report), found
+with importlib's ``find_spec``. The accelerator facts are what the monitor's accelerator plug-in reported when it
+opened (names, driver and CUDA versions). docs/results.md describes the file.
 """
 import ast
 import os
 import platform
 import re
 import sys
+
+FLAGPERF_PATH = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if FLAGPERF_PATH not in sys.path:
+    sys.path.insert(0, FLAGPERF_PATH)
+from flagperf_contract import write_atomic  # noqa: E402
 
 UNKNOWN, NONE = "unknown", "none"
 KEYS = ("hostname", "os", "kernel", "arch", "cpu_model", "cpu_count", "memory_mib", "server_vendor", "server_model",
@@ -148,15 +153,5 @@ def render(facts):
 
 
 def write(path, facts):
-    """Write the file atomically (a temporary file beside it, renamed over it)."""
-    tmp = "%s.tmp.%d" % (path, os.getpid())
-    try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(render(facts))
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    """Write the file atomically (readers see the old file or the whole new one)."""
+    write_atomic(path, render(facts))

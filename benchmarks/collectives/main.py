@@ -29,23 +29,10 @@ GROWTH_DECADES = 60    # in-place all_reduce: values start at >= 1e-30 and may g
 
 def read_config(cfg):
     """Pure Python (no torch): the validated case configuration."""
-    c = {"sizes": harness.size_sweep(cfg, "collectives")}
-    ops = cfg.get("ops", list(OPS))
-    ops = [ops] if isinstance(ops, str) else ops
-    if not isinstance(ops, list) or not ops or any(o not in OPS for o in ops):
-        harness.config_error(f"collectives: ops must be a non-empty list of {list(OPS)}, got {ops!r}")
-    c["ops"] = list(dict.fromkeys(ops))
-    c["dtype"] = cfg.get("dtype", "fp32")
-    if c["dtype"] not in DTYPES:
-        harness.config_error(f"collectives: dtype must be one of {sorted(DTYPES)}, got {c['dtype']!r}")
-    c["warmup"] = harness.config_int(cfg, "collectives", "warmup", 5, 0)
-    c["time_budget_s"] = harness.config_budget(cfg, "collectives", DEFAULT_BUDGET_S)
-    # explicit overrides of the counts the budget picks (null / absent: the budget decides)
-    c["iters"] = harness.config_opt_int(cfg, "collectives", "iters")
-    c["repeats"] = harness.config_opt_int(cfg, "collectives", "repeats")
-    c["seed"] = harness.config_int(cfg, "collectives", "seed", 1234, 0)
-    c["inject_error"] = bool(cfg.get("inject_error", False))
-    return c
+    keys = harness.CaseKeys(cfg, "collectives")
+    return {"sizes": keys.size_sweep(), "ops": keys.choices("ops", list(OPS), OPS),
+            "dtype": keys.choice("dtype", "fp32", DTYPES),
+            "timing": keys.timing(warmup=5, budget_s=DEFAULT_BUDGET_S), "seed": keys.int("seed", 1234, minimum=0)}
 
 
 def bus_factor(op, n):
@@ -193,7 +180,7 @@ def growth_cap(n):
     return max(1, int(GROWTH_DECADES / math.log10(n)))
 
 
-def run_one(op, fn, nbytes, c, ctx, dt, sig_bits, gen, expect, budget, label):
+def run_one(op, fn, nbytes, ctx, dt, sig_bits, gen, expect, budget, label):
     """Time op at nbytes (slowest rank's median) within budget.share_s seconds (the window is recorded in
     ``budget`` as <op>_<label>), then check it once on the known pattern.
     Returns None when nbytes is too small for the op, else a result dict."""
@@ -211,7 +198,7 @@ def run_one(op, fn, nbytes, c, ctx, dt, sig_bits, gen, expect, budget, label):
         # below ~1e30 (finite, normal in fp32 and bf16) for k = max(warmup, iters) calls between refills; the
         # budget picks at most growth_cap(n) calls per sample (or calibration batch), refilled before each
         max_iters = growth_cap(n)
-        k = max(c["warmup"], c["iters"] or max_iters)
+        k = max(budget.timing.warmup, budget.timing.iters or max_iters)
         m0 = 10.0 ** max(-30.0, min(0.0, 30.0 - k * math.log10(n)))
 
         def refill():
@@ -226,9 +213,8 @@ def run_one(op, fn, nbytes, c, ctx, dt, sig_bits, gen, expect, budget, label):
         if out is not inp:
             out.uniform_(-1.0, 1.0, generator=gen)
         before_repeat = ctx.barrier
-    t = budget.add(f"{op}_{label}", harness.time_fn(
-        lambda: fn(out, inp), ctx, warmup=c["warmup"], iters=c["iters"], repeats=c["repeats"],
-        before_repeat=before_repeat, budget_s=budget.share_s, max_iters=max_iters, label=f"{op} {label}"))
+    t = budget.time(f"{op}_{label}", lambda: fn(out, inp), ctx, label=f"{op} {label}",
+                    before_repeat=before_repeat, max_iters=max_iters)
     t_max = ctx.all_reduce([t["median"]], "max")[0]  # the slowest rank's median time
 
     # check: rank r holds (r + 1) * p; outputs start at -1 so that nothing stale can pass
@@ -244,8 +230,7 @@ def run_one(op, fn, nbytes, c, ctx, dt, sig_bits, gen, expect, budget, label):
     ctx.barrier()
     fn(out, inp)
     ctx.sync()
-    if c["inject_error"] and rank == n - 1:
-        out[:1].neg_()  # test-only: corrupt this rank's result so that the check must fail
+    harness.corrupt_for_test("collectives", out, rank == n - 1)
     dev = ctx.device
     if op == "all_reduce":
         err = max_rel_err(out, lambda a, b: expect.reduced(a, b, dev))
@@ -265,6 +250,50 @@ def run_one(op, fn, nbytes, c, ctx, dt, sig_bits, gen, expect, budget, label):
 
 # --------------------------------------------------------------------------- main
 
+def sweep(ops, apis, c, ctx, dt_name, gen, skipped, labels):
+    """Every op at every size, within the budget split evenly over them; prints rank 0's table. Returns
+    ({op: {size: result}}, the BudgetReport)."""
+    n = ctx.world_size
+    dt, sig_bits = getattr(torch, DTYPES[dt_name][0]), DTYPES[dt_name][1]
+    expect = Expect(n, dt, sig_bits)
+    # the same on every rank: the sizes too small for an op are known from the config, so a skipped window's
+    # share is simply left unused
+    budget = harness.BudgetReport(c["timing"], len(ops) * len(c["sizes"]),
+                                  split="evenly over the timed windows: one per op and size")
+    results = {op: {} for op in ops}
+    for op in ops:
+        for s in c["sizes"]:
+            r = run_one(op, apis[op][1], s, ctx, dt, sig_bits, gen, expect, budget, labels[s])
+            if r is None:
+                skipped[f"{op}_{labels[s]}"] = (f"{s} bytes is less than one {dt_name} element per rank "
+                                                f"({n} ranks)")
+                continue
+            results[op][s] = r
+            LOG.event("STEP", op=op, size=labels[s], bytes=r["bytes"], time_us=r["time_s"] * 1e6,
+                      algbw=r["algbw"], busbw=r["busbw"], max_rel_err=r["err"], iters=r["iters"],
+                      repeats=r["repeats"], measured_s=r["measured_s"])
+            if ctx.rank == 0:
+                print(f"{op:>15} {labels[s]:>6} {r['bytes']:>12} {r['time_s'] * 1e6:>11.2f} {r['algbw']:>11.3f} "
+                      f"{r['busbw']:>11.3f} {r['err']:>9.2g}", flush=True)
+            if ctx.is_cuda:
+                torch.cuda.empty_cache()
+    return results, budget
+
+
+def sweep_metrics(results, ran, labels):
+    """busbw, algbw and time per op and size; busbw at the largest size per op. -> (metrics, headline op)."""
+    head_op = "all_reduce" if "all_reduce" in ran else ran[0]
+    metrics = {}
+    for op in ran:
+        for s, r in results[op].items():
+            metrics[f"busbw_{op}_{labels[s]}"] = {"value": r["busbw"], "unit": "GB/s"}
+            metrics[f"algbw_{op}_{labels[s]}"] = {"value": r["algbw"], "unit": "GB/s"}
+            metrics[f"time_us_{op}_{labels[s]}"] = {"value": r["time_s"] * 1e6, "unit": "us"}
+        if op != head_op:
+            metrics[f"busbw_{op}"] = {"value": results[op][max(results[op])]["busbw"], "unit": "GB/s"}
+    return metrics, head_op
+
+
 def main():
     global torch, dist
     _args, cfg = harness.parse_args()
@@ -277,47 +306,24 @@ def main():
     torch, dist = _torch, _dist
 
     ctx = harness.setup_distributed(cfg)
-    n, rank = ctx.world_size, ctx.rank
+    n = ctx.world_size
     nnodes = harness.env_int("NNODES", 1)
     dt_name = c["dtype"]
-    dt, sig_bits = getattr(torch, DTYPES[dt_name][0]), DTYPES[dt_name][1]
-    gen = torch.Generator(device=ctx.device).manual_seed(c["seed"] + rank)
-    apis, skipped = resolve_apis(c["ops"], ctx, dt)
+    gen = torch.Generator(device=ctx.device).manual_seed(c["seed"] + ctx.rank)
+    apis, skipped = resolve_apis(c["ops"], ctx, getattr(torch, DTYPES[dt_name][0]))
     ops = [o for o in c["ops"] if o in apis]
     if not ops:
         harness.config_error(f"collectives: no op left to run on the {ctx.backend} backend (skipped: {skipped})")
-    expect = Expect(n, dt, sig_bits)
     LOG.event("INIT_END", backend=ctx.backend, device=str(ctx.device), world_size=n)
 
     labels = {s: harness.format_size(s) for s in c["sizes"]}
-    if rank == 0:
+    if ctx.rank == 0:
         print(f"collectives: {n} ranks on {nnodes} node(s), backend {ctx.backend}, device {ctx.device.type}, "
               f"dtype {dt_name}, sizes {[labels[s] for s in c['sizes']]}", flush=True)
         print(f"{'op':>15} {'size':>6} {'bytes':>12} {'time_us':>11} {'algbw_GB/s':>11} {'busbw_GB/s':>11} "
               f"{'max_err':>9}", flush=True)
-    # the budget is split evenly over the timed windows: one per op and size (the same on every rank: the sizes
-    # too small for an op are known from the config, so a skipped window's share is simply left unused)
-    budget = harness.BudgetReport(c["time_budget_s"], len(ops) * len(c["sizes"]),
-                                  split="evenly over the timed windows: one per op and size")
     LOG.event("RUN_START")
-    results = {op: {} for op in ops}
-    for op in ops:
-        fn = apis[op][1]
-        for s in c["sizes"]:
-            r = run_one(op, fn, s, c, ctx, dt, sig_bits, gen, expect, budget, labels[s])
-            if r is None:
-                skipped[f"{op}_{labels[s]}"] = (f"{s} bytes is less than one {dt_name} element per rank "
-                                                f"({n} ranks)")
-                continue
-            results[op][s] = r
-            LOG.event("STEP", op=op, size=labels[s], bytes=r["bytes"], time_us=r["time_s"] * 1e6,
-                      algbw=r["algbw"], busbw=r["busbw"], max_rel_err=r["err"], iters=r["iters"],
-                      repeats=r["repeats"], measured_s=r["measured_s"])
-            if rank == 0:
-                print(f"{op:>15} {labels[s]:>6} {r['bytes']:>12} {r['time_s'] * 1e6:>11.2f} {r['algbw']:>11.3f} "
-                      f"{r['busbw']:>11.3f} {r['err']:>9.2g}", flush=True)
-            if ctx.is_cuda:
-                torch.cuda.empty_cache()
+    results, budget = sweep(ops, apis, c, ctx, dt_name, gen, skipped, labels)
     LOG.event("RUN_END")
 
     # the verdict: every rank checked its own results; all ranks agree (check_all_ranks: MIN of the pass flags)
@@ -341,21 +347,11 @@ def main():
         details[f"max_rel_err_{op}"] = max(r["err"] for r in results[op].values())
         details[f"tol_{op}"] = max(r["tol"] for r in results[op].values())
     details.update(budget.details())
-    if c["inject_error"]:
-        details["inject_error"] = True
     harness.check_all_ranks(LOG, ctx, failures, details)
     if not ran:
         harness.config_error(f"collectives: every size is too small for {n} ranks (skipped: {skipped})")
 
-    head_op = "all_reduce" if "all_reduce" in ran else ran[0]
-    metrics = {}
-    for op in ran:
-        for s, r in results[op].items():
-            metrics[f"busbw_{op}_{labels[s]}"] = {"value": r["busbw"], "unit": "GB/s"}
-            metrics[f"algbw_{op}_{labels[s]}"] = {"value": r["algbw"], "unit": "GB/s"}
-            metrics[f"time_us_{op}_{labels[s]}"] = {"value": r["time_s"] * 1e6, "unit": "us"}
-        if op != head_op:
-            metrics[f"busbw_{op}"] = {"value": results[op][max(results[op])]["busbw"], "unit": "GB/s"}
+    metrics, head_op = sweep_metrics(results, ran, labels)
     head = results[head_op][max(results[head_op])]
     details["headline"] = f"busbw_{head_op} at {labels[max(results[head_op])]}"
     env = harness.env_info(ctx, nnodes=nnodes, node_rank=harness.env_int("NODE_RANK", 0),

@@ -9,10 +9,18 @@ torch is imported lazily so that a benchmark can emit INIT_START before paying
 for ``import torch``:
 
     import harness
-    log = harness.PerfLog()
+    log = harness.PerfLog(benchmark="x")
     log.event("INIT_START")
     args, cfg = harness.parse_args()
-    dist_ctx = harness.setup_distributed(cfg)
+    keys = harness.CaseKeys(cfg, "x")           # the case's keys: typed, defaults, clear config errors
+    timing = keys.timing(warmup=5, budget_s=1.0)
+    ctx = harness.setup_distributed(cfg)
+    budget = harness.BudgetReport(timing, windows=1)
+    t = budget.time("window", fn, ctx, label="x")   # warm-up, calibration, device-event samples on the budget
+
+Test hook: the environment variable FLAGPERF_TEST_INJECT="<benchmark>:<kind>" is set by the tests only (never
+by a case config). It makes a benchmark's result wrong (``result``) or its convergence target unreachable
+(``target``), so that the tests see its check fail; see test_fault.
 """
 import argparse
 import datetime
@@ -31,11 +39,8 @@ import time
 FLAGPERF_PATH = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 if FLAGPERF_PATH not in sys.path:
     sys.path.insert(0, FLAGPERF_PATH)
-from flagperf_contract import (CHECK_FAILED_EXIT, CONFIG_ERROR_EXIT, PERFLOG_PREFIX,  # noqa: E402,F401
-                               PERFLOG_SCHEMA, perflog_line, validate_finished)
-
-SCHEMA = PERFLOG_SCHEMA     # the names benchmarks and tests have used
-PREFIX = PERFLOG_PREFIX
+from flagperf_contract import (CHECK_FAILED_EXIT, CONFIG_ERROR_EXIT, PERFLOG_SCHEMA,  # noqa: E402
+                               perflog_line, validate_finished)
 
 # torch device types (FLAGPERF_DEVICE) and torch.distributed backends (FLAGPERF_DIST_BACKEND); each device's
 # own backend is its default, gloo goes with any device. Keep in step with flagperf/vendors.py (TORCH_DEVICES,
@@ -71,47 +76,136 @@ def config_error(msg):
     sys.exit(CONFIG_ERROR_EXIT)
 
 
-def check_int(name, key, v, minimum=1):
-    """``v`` when it is an integer >= ``minimum`` (a bool is not), else a config error naming ``name: key``."""
-    if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
-        config_error(f"{name}: {key} must be an integer >= {minimum}, got {v!r}")
-    return v
+def _is_int(v):
+    return isinstance(v, int) and not isinstance(v, bool)
 
 
-def config_int(cfg, name, key, default, minimum=1):
-    """The integer ``cfg[key]`` (``default`` when absent), checked by check_int."""
-    return check_int(name, key, cfg.get(key, default), minimum)
+def _is_number(v):
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
-def sizes_mib(cfg, name, default):
-    """``sizes_mib``: an integer or a non-empty list of integers >= 1 (MiB); sorted, deduplicated."""
-    sizes = cfg.get("sizes_mib", default)
-    sizes = [sizes] if isinstance(sizes, int) and not isinstance(sizes, bool) else sizes
-    if not isinstance(sizes, list) or not sizes:
-        config_error(f"{name}: sizes_mib must be a non-empty list of sizes in MiB, got {sizes!r}")
-    return sorted({check_int(name, "sizes_mib[]", s) for s in sizes})
+class CaseKeys:
+    """A case's configuration (the JSON object of parse_args), read key by key: each reader returns the typed
+    value, or the default when the key is absent, and a value it cannot take is a config error
+    ``<benchmark>: <key> must be ..., got ...`` (exit 2). Every benchmark reads its keys this way."""
 
+    def __init__(self, cfg, name):
+        self.cfg, self.name = cfg, name
 
-def typed_config(cfg, defaults, name, convert):
-    """One value per key of ``defaults``, in order, from ``cfg`` (the default when absent). A key whose default
-    is a bool must be a bool; every other value is ``convert(key, value, default)``, the benchmark's own rule."""
-    c = {}
-    for key, default in defaults.items():
-        v = cfg.get(key, default)
-        if isinstance(default, bool):
-            if not isinstance(v, bool):
-                config_error(f"{name}: {key} must be true or false, got {v!r}")
-            c[key] = v
-            continue
-        c[key] = convert(key, v, default)
-    return c
+    def error(self, msg):
+        """A config error about this benchmark's case: ``<benchmark>: <msg>``. Never returns."""
+        config_error(f"{self.name}: {msg}")
 
+    def check_int(self, key, v, minimum=1):
+        """``v`` when it is an integer >= ``minimum`` (a bool is not), else a config error naming ``key``."""
+        if not _is_int(v) or v < minimum:
+            self.error(f"{key} must be an integer >= {minimum}, got {v!r}")
+        return v
 
-def require_positive(c, name, keys):
-    """Every ``c[key]`` of ``keys`` must be >= 1."""
-    for key in keys:
-        if c[key] < 1:
-            config_error(f"{name}: {key} must be >= 1, got {c[key]}")
+    def int(self, key, default, minimum=1):
+        """The integer ``cfg[key]`` (``default`` when absent), >= ``minimum``."""
+        return self.check_int(key, self.cfg.get(key, default), minimum)
+
+    def opt_int(self, key, minimum=1):
+        """The integer ``cfg[key]``, or None when the key is absent or null (an override that is not set)."""
+        v = self.cfg.get(key)
+        return None if v is None else self.check_int(key, v, minimum)
+
+    def flag(self, key, default):
+        """``cfg[key]`` as true or false (``default`` when absent)."""
+        v = self.cfg.get(key, default)
+        if not isinstance(v, bool):
+            self.error(f"{key} must be true or false, got {v!r}")
+        return v
+
+    def number(self, key, default, ok, expected):
+        """``cfg[key]`` (``default`` when absent): a finite number for which ``ok(value)`` holds, as float; else
+        "<key> must be <expected>"."""
+        v = self.cfg.get(key, default)
+        if not _is_number(v) or not math.isfinite(v) or not ok(v):
+            self.error(f"{key} must be {expected}, got {v!r}")
+        return float(v)
+
+    def seconds(self, key, default):
+        """A positive, finite number of seconds (``default`` when absent), as float."""
+        return self.number(key, default, lambda v: v > 0, "a positive number of seconds")
+
+    def choice(self, key, default, choices):
+        """One of ``choices`` (``default`` when absent)."""
+        v = self.cfg.get(key, default)
+        if v not in choices:
+            self.error(f"{key} must be one of {sorted(choices)}, got {v!r}")
+        return v
+
+    def choices(self, key, default, choices):
+        """A name or a non-empty list of names of ``choices`` (``default`` when absent): the list, deduplicated,
+        in the given order."""
+        v = self.cfg.get(key, default)
+        v = [v] if isinstance(v, str) else v
+        if not isinstance(v, list) or not v or any(x not in choices for x in v):
+            self.error(f"{key} must be a non-empty list of {list(choices)}, got {v!r}")
+        return list(dict.fromkeys(v))
+
+    def strings(self, key, default):
+        """A list of strings, or one string split at whitespace (``default`` when absent)."""
+        v = self.cfg.get(key, default)
+        v = v.split() if isinstance(v, str) else v
+        if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
+            self.error(f"{key} must be a list of strings, got {v!r}")
+        return v
+
+    def sizes_mib(self, default):
+        """``sizes_mib``: an integer or a non-empty list of integers >= 1 (MiB); sorted, deduplicated."""
+        sizes = self.cfg.get("sizes_mib", default)
+        sizes = [sizes] if _is_int(sizes) else sizes
+        if not isinstance(sizes, list) or not sizes:
+            self.error(f"sizes_mib must be a non-empty list of sizes in MiB, got {sizes!r}")
+        return sorted({self.check_int("sizes_mib[]", s) for s in sizes})
+
+    def size_sweep(self):
+        """Message sizes in bytes: `sizes` (a list) or, when it is null/absent, min_size .. max_size by step_factor;
+        sorted, deduplicated, at most MAX_SIZES."""
+        cfg, name = self.cfg, self.name
+        sizes = cfg.get("sizes")
+        if sizes is not None:
+            sizes = [sizes] if isinstance(sizes, str) or _is_int(sizes) else sizes
+            if not isinstance(sizes, list) or not sizes:
+                self.error(f"sizes must be a non-empty list like ['1M', '64M'] (or null), got {sizes!r}")
+            out = [parse_size(s, f"{name}: sizes") for s in sizes]
+        else:
+            if cfg.get("min_size") is None or cfg.get("max_size") is None:
+                self.error("give sizes (a list) or min_size and max_size")
+            lo, hi = parse_size(cfg["min_size"], f"{name}: min_size"), parse_size(cfg["max_size"], f"{name}: max_size")
+            f = self.int("step_factor", 2, minimum=2)
+            if lo > hi:
+                self.error(f"min_size {cfg['min_size']!r} > max_size {cfg['max_size']!r}")
+            out, s = [], lo
+            while s <= hi and len(out) <= MAX_SIZES:
+                out.append(s)
+                s *= f
+        out = sorted(set(out))
+        if len(out) > MAX_SIZES:
+            self.error(f"at most {MAX_SIZES} sizes, got {len(out)}")
+        return out
+
+    def timing(self, warmup, budget_s):
+        """The timing keys every kernel benchmark reads: ``warmup`` (at most this many untimed calls per window),
+        ``time_budget_s`` and the optional overrides ``iters`` / ``repeats`` (null: the budget decides);
+        the arguments are the benchmark's defaults."""
+        return Timing(self.int("warmup", warmup, minimum=0), self.seconds(BUDGET_KEY, budget_s),
+                      self.opt_int("iters"), self.opt_int("repeats"))
+
+    def typed(self, defaults, convert):
+        """One value per key of ``defaults``, in order (the default when absent). A key whose default is a bool
+        must be a bool; every other value is ``convert(key, value, default)``, the benchmark's own rule."""
+        return {key: self.flag(key, default) if isinstance(default, bool)
+                else convert(key, self.cfg.get(key, default), default) for key, default in defaults.items()}
+
+    def require_positive(self, c, keys):
+        """Every ``c[key]`` of ``keys`` must be >= 1."""
+        for key in keys:
+            if c[key] < 1:
+                self.error(f"{key} must be >= 1, got {c[key]}")
 
 
 # --------------------------------------------------------------------------- message sizes (collectives, p2p)
@@ -123,7 +217,7 @@ MAX_SIZES = 64
 
 def parse_size(v, key):
     """Bytes from an int or a string like "64K", "1M", "4G", "512", "1MiB" (binary units, as nccl-tests)."""
-    if isinstance(v, bool) or not isinstance(v, (int, str)):
+    if not (_is_int(v) or isinstance(v, str)):
         config_error(f"{key}: a size must be an integer or a string like '64M', got {v!r}")
     if isinstance(v, int):
         n = v
@@ -145,32 +239,41 @@ def format_size(n):
     return f"{n}B"
 
 
-def size_sweep(cfg, name):
-    """`sizes` (a list) or, when it is null/absent, min_size .. max_size by step_factor; sorted, deduplicated."""
-    sizes = cfg.get("sizes")
-    if sizes is not None:
-        if isinstance(sizes, (str, int)) and not isinstance(sizes, bool):
-            sizes = [sizes]
-        if not isinstance(sizes, list) or not sizes:
-            config_error(f"{name}: sizes must be a non-empty list like ['1M', '64M'] (or null), got {sizes!r}")
-        out = [parse_size(s, f"{name}: sizes") for s in sizes]
-    else:
-        if cfg.get("min_size") is None or cfg.get("max_size") is None:
-            config_error(f"{name}: give sizes (a list) or min_size and max_size")
-        lo, hi = parse_size(cfg["min_size"], f"{name}: min_size"), parse_size(cfg["max_size"], f"{name}: max_size")
-        f = cfg.get("step_factor", 2)
-        if isinstance(f, bool) or not isinstance(f, int) or f < 2:
-            config_error(f"{name}: step_factor must be an integer >= 2, got {f!r}")
-        if lo > hi:
-            config_error(f"{name}: min_size {cfg['min_size']!r} > max_size {cfg['max_size']!r}")
-        out, s = [], lo
-        while s <= hi and len(out) <= MAX_SIZES:
-            out.append(s)
-            s *= f
-    out = sorted(set(out))
-    if len(out) > MAX_SIZES:
-        config_error(f"{name}: at most {MAX_SIZES} sizes, got {len(out)}")
-    return out
+# --------------------------------------------------------------------------- test hook: injected faults
+
+TEST_INJECT_ENV = "FLAGPERF_TEST_INJECT"
+TEST_FAULTS = ("result", "target")
+
+
+def test_fault(benchmark):
+    """The fault that the test hook FLAGPERF_TEST_INJECT="<benchmark>:<kind>" asks of ``benchmark``, or None.
+    Only the tests set it (no case config can): they prove that a benchmark's own check fails (CHECK_FAILED,
+    exit 3) when its result is wrong. Kinds: ``result`` (corrupt_for_test: one element of a result is wrong)
+    and ``target`` (target_for_test: a convergence target no run reaches)."""
+    value = os.environ.get(TEST_INJECT_ENV, "").strip()
+    if not value:
+        return None
+    name, _, kind = value.partition(":")
+    if kind not in TEST_FAULTS:
+        config_error(f"{TEST_INJECT_ENV}={value!r}: expected <benchmark>:<kind>, kind one of {', '.join(TEST_FAULTS)}")
+    return kind if name == benchmark else None
+
+
+def corrupt_for_test(benchmark, t, here=True):
+    """The ``result`` fault of the test hook (test_fault), applied where ``here`` holds: the first element of the
+    tensor ``t`` becomes wrong in place (a float: -(|x| + 1) x 1024; an integer: its bitwise complement), so that
+    the benchmark's check must fail. Does nothing without the hook."""
+    if here and test_fault(benchmark) == "result":
+        first = t.view(-1)[:1]
+        if first.is_floating_point():
+            first.copy_(-(first.abs() + 1) * 1024)
+        else:
+            first.bitwise_not_()
+
+
+def target_for_test(benchmark, target, unreachable):
+    """The ``target`` fault of the test hook (test_fault): ``unreachable`` instead of the convergence ``target``."""
+    return unreachable if test_fault(benchmark) == "target" else target
 
 
 # --------------------------------------------------------------------------- PerfLog
@@ -200,6 +303,13 @@ class PerfLog:
         sys.stdout.flush()
         return record
 
+    def _mark_test_fault(self, details):
+        """A run under the test hook (test_fault) says so in its verdict's details: ``test_fault: <kind>``."""
+        kind = test_fault(self.benchmark) if self.benchmark else None
+        if kind and isinstance(details, dict):
+            details["test_fault"] = kind
+        return details
+
     def event(self, name, **extra):
         now = time.time()
         if name == "INIT_START":
@@ -216,7 +326,7 @@ class PerfLog:
             raise RuntimeError("FINISHED before INIT_START: e2e_time is undefined")
         checks = _plain(checks if checks is not None else {"passed": True, "details": {}})
         if isinstance(checks, dict):
-            checks.setdefault("details", {})
+            self._mark_test_fault(checks.setdefault("details", {}))
         now = time.time()
         record = {
             "event": "FINISHED", "time": now, "rank": self.rank,
@@ -236,11 +346,10 @@ class PerfLog:
         record = {"event": "CHECK_FAILED", "time": time.time(), "rank": self.rank}
         if self.benchmark:
             record["benchmark"] = self.benchmark
-        record["checks"] = {"passed": False, "details": _sanitize(details)}
+        record["checks"] = {"passed": False, "details": self._mark_test_fault(_sanitize(details))}
         self._emit(record)
         _destroy_quietly()
         sys.exit(exit_code)
-
 
     def skipped(self, reason):
         """Print SKIPPED with the reason (this host cannot run the case, e.g. no nvcc), leave the process
@@ -473,20 +582,12 @@ CALIBRATION_MAX_S = 0.2    # ... but at most this long
 OVERRUN = 3.0              # samples stop early once the measurement has taken this many times its budget
 
 
-def config_budget(cfg, name, default, key=BUDGET_KEY):
-    """``cfg[key]`` (``default`` when absent): a positive, finite number of seconds (a bool is not), as float;
-    else a config error naming ``name: key``."""
-    v = cfg.get(key, default)
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
-        config_error(f"{name}: {key} must be a positive number of seconds, got {v!r}")
-    return float(v)
+class Timing:
+    """The timing keys of a case (CaseKeys.timing): warm-up calls, the time budget in seconds, and the optional
+    overrides of the counts the budget picks (None: the budget decides)."""
 
-
-def config_opt_int(cfg, name, key, minimum=1):
-    """The integer ``cfg[key]`` checked by check_int, or None when the key is absent or null (an override that
-    is not set: the time budget decides)."""
-    v = cfg.get(key)
-    return None if v is None else check_int(name, key, v, minimum)
+    def __init__(self, warmup, budget_s, iters=None, repeats=None):
+        self.warmup, self.budget_s, self.iters, self.repeats = warmup, float(budget_s), iters, repeats
 
 
 def _agree_max(ctx, values):
@@ -599,10 +700,11 @@ def budget_warning(label, message):
 
 
 def time_fn(fn, ctx, *, warmup=3, iters=None, repeats=None, before_repeat=None, budget_s=None, max_iters=None,
-            label=None):
+            label=None, batch=None):
     """Time ``fn()`` on ctx.device. CUDA: torch.cuda.Event pairs; other devices and the CPU: time.perf_counter
     between device synchronisations. ``before_repeat`` (e.g. ctx.barrier) is called before every sample,
-    outside the timed region.
+    outside the timed region. ``batch(k)``, when given, returns the seconds of ``k`` back-to-back calls timed
+    by the caller (a kernel that records its own events); the warm-up calls ``fn()`` still.
 
     Fixed counts (no ``budget_s``, or both ``iters`` and ``repeats`` given): ``warmup`` untimed calls, then
     ``repeats`` samples of ``iters`` back-to-back calls (defaults 10 and 5).
@@ -620,8 +722,9 @@ def time_fn(fn, ctx, *, warmup=3, iters=None, repeats=None, before_repeat=None, 
     "budget" or "minimum"), "warmup" (warm-up calls made), "iters", "repeats" (samples taken),
     "calibration_calls", "per_call_s" (calibration estimate, None with fixed counts), "budget_s",
     "measured_s" (the sum of the timed samples: the measured window) and "budget_warning" (None or a string)."""
-    def batch(k):
-        return timed_batch(fn, ctx, k)
+    if batch is None:
+        def batch(k):
+            return timed_batch(fn, ctx, k)
 
     warmup = max(0, int(warmup))
     warning = per_call = None
@@ -683,15 +786,33 @@ def device_window(ctx):
 
 
 class BudgetReport:
-    """The time budget of one benchmark run, split evenly over its ``windows`` (the timed measurements: sizes,
-    dtypes, ops, ...), and what each window did; ``details()`` goes into the FINISHED (or CHECK_FAILED)
-    details."""
+    """The time budget of one benchmark run (a Timing), split evenly over its ``windows`` (the timed
+    measurements: sizes, dtypes, ops, ...), and what each window did; ``time`` measures one window,
+    ``details()`` goes into the FINISHED (or CHECK_FAILED) details."""
 
-    def __init__(self, budget_s, windows, split="evenly over the timed windows"):
-        self.budget_s, self.windows, self.split = float(budget_s), max(1, int(windows)), split
+    def __init__(self, timing, windows, split="evenly over the timed windows"):
+        self.timing, self.budget_s = timing, timing.budget_s
+        self.windows, self.split = max(1, int(windows)), split
         self.share_s = self.budget_s / self.windows
         self.counts, self.warnings = {}, []
         self.window_omitted = None
+
+    def time(self, name, fn, ctx, *, label, before_repeat=None, iters=None, max_iters=None, batch=None):
+        """time_fn of ``fn`` with the case's counts (``iters``: this window's own override) within one share
+        of the budget, recorded as window ``name``; returns time_fn's result."""
+        t = self.timing
+        return self.add(name, time_fn(fn, ctx, warmup=t.warmup, iters=t.iters if iters is None else iters,
+                                      repeats=t.repeats, before_repeat=before_repeat, budget_s=self.share_s,
+                                      max_iters=max_iters, label=label, batch=batch))
+
+    def repeat(self, name, fn, ctx, like, like_name):
+        """``fn`` timed with the counts that window ``like_name`` chose (``like``: its time_fn result), e.g. a
+        plain torch loop beside the harness measurement of the same operation; recorded as window ``name``
+        with mode "counts of <like_name>". Returns time_fn's result."""
+        t = time_fn(fn, ctx, warmup=like["warmup"], iters=like["iters"], repeats=like["repeats"])
+        self.counts[name] = {"mode": f"counts of {like_name}",
+                             **{key: t[key] for key in ("warmup", "iters", "repeats", "measured_s")}}
+        return t
 
     def add(self, name, t):
         """Record window ``name`` from a time_fn result (or a dict with the same keys); returns ``t``."""
@@ -714,6 +835,35 @@ class BudgetReport:
         if self.window_omitted:
             d["device_window"] = {"omitted": self.window_omitted}
         return d
+
+
+class StepClock:
+    """Per-step times of a training loop: ``mark()`` after every step (and once before the first) records a
+    torch.cuda.Event on CUDA, else time.perf_counter (after a device sync when ``sync``). ``pause()`` closes a
+    segment (what runs until the next ``mark()``, an evaluation, is no step). ``times()``: every step's seconds."""
+
+    def __init__(self, ctx, sync=True):
+        self.ctx, self.sync, self.segments = ctx, sync, [[]]
+
+    def mark(self):
+        if self.ctx.is_cuda:
+            import torch
+            e = torch.cuda.Event(enable_timing=True)
+            e.record()
+            self.segments[-1].append(e)
+        else:
+            if self.sync:
+                self.ctx.sync()
+            self.segments[-1].append(time.perf_counter())
+
+    def pause(self):
+        if self.segments[-1]:
+            self.segments.append([])
+
+    def times(self):
+        if self.ctx.is_cuda:
+            return [a.elapsed_time(b) / 1e3 for seg in self.segments for a, b in zip(seg, seg[1:])]
+        return [b - a for seg in self.segments for a, b in zip(seg, seg[1:])]
 
 
 class Stopwatch:
@@ -740,6 +890,15 @@ class Stopwatch:
 
 
 # --------------------------------------------------------------------------- verdict and aggregates across ranks
+
+def fail_on_any_rank(log, ctx, failed_here, details, **extra):
+    """The verdict, the same on every rank (every rank must call it): when any rank failed (``failed_here``
+    on that rank), every rank adds ``extra`` and ``failed_on_some_rank: true`` to ``details`` and leaves
+    through log.check_failed (CHECK_FAILED, exit 3). Returns when no rank failed."""
+    if ctx.all_reduce([float(bool(failed_here))], "max")[0] > 0:
+        details.update(extra, failed_on_some_rank=True)
+        log.check_failed(details)
+
 
 def check_all_ranks(log, ctx, failures, details):
     """The verdict, the same on every rank (every rank must call it): when any rank has ``failures`` (a list),

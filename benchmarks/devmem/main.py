@@ -1,8 +1,6 @@
 """Device memory copy bandwidth and capacity, one device per rank; see README.md and docs/benchmarks.md."""
 import os
-import statistics
 import sys
-import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from common import harness  # noqa: E402
@@ -19,16 +17,10 @@ DEFAULT_BUDGET_S = 1.0  # time_budget_s when the case config has none (the CPU d
 
 
 def read_config(cfg):
-    c = {"time_budget_s": harness.config_budget(cfg, "devmem", DEFAULT_BUDGET_S)}
-    # explicit overrides of the counts the budget picks (null / absent: the budget decides)
-    c.update({key: harness.config_opt_int(cfg, "devmem", key) for key in ("iters", "repeats")})
-    c["warmup"] = harness.config_int(cfg, "devmem", "warmup", 2, minimum=0)
-    c["seed"] = harness.config_int(cfg, "devmem", "seed", 1234, minimum=0)
-    c["sizes_mib"] = harness.sizes_mib(cfg, "devmem", [64])
-    c["capacity_search"] = bool(cfg.get("capacity_search", True))
-    c["direct"] = bool(cfg.get("direct", True))
-    c["inject_error"] = bool(cfg.get("inject_error", False))
-    return c
+    keys = harness.CaseKeys(cfg, "devmem")
+    return {"timing": keys.timing(warmup=2, budget_s=DEFAULT_BUDGET_S), "seed": keys.int("seed", 1234, minimum=0),
+            "sizes_mib": keys.sizes_mib([64]), "capacity_search": keys.flag("capacity_search", True),
+            "direct": keys.flag("direct", True)}
 
 
 # --------------------------------------------------------------------------- bandwidth
@@ -42,64 +34,38 @@ def mismatches(a, b):
     return 0 if torch.equal(a, b) else int((a != b).sum())
 
 
-def measure_size(size_mib, gen, ctx, c, corrupt, budget_s):
-    """Time dst.copy_(src) of size_mib MiB with harness.time_fn within budget_s seconds; verify dst == src
+def measure_size(size_mib, gen, ctx, budget, largest):
+    """Time dst.copy_(src) of size_mib MiB within one share of the budget (window "<size>mib"); verify dst == src
     afterwards. dst starts zeroed and src has no zero, so a copy that did not write shows as mismatches."""
     n = size_mib * MIB // ELEM
     src = random_nonzero(n, gen, ctx.device)
     dst = torch.zeros_like(src)
-    t = harness.time_fn(lambda: dst.copy_(src), ctx, warmup=c["warmup"], iters=c["iters"], repeats=c["repeats"],  # noqa: F821 (bound before use)
-                        before_repeat=ctx.barrier,  # ranks measure together
-                        budget_s=budget_s, label=f"devmem {size_mib} MiB")
-    if corrupt:
-        dst[n // 2] = 0  # test-only: one wrong element
+    t = budget.time(f"{size_mib}mib", lambda: dst.copy_(src), ctx, label=f"devmem {size_mib} MiB",
+                    before_repeat=ctx.barrier)  # ranks measure together
+    harness.corrupt_for_test("devmem", dst, largest)
     moved = 2.0 * n * ELEM  # bytes read + bytes written per copy
     res = {"gbs": moved / t["median"] / 1e9, "gbs_min": moved / t["max"] / 1e9, "gbs_max": moved / t["min"] / 1e9,
            "time_ms": t["median"] * 1e3, "src_zeros": int((src == 0).sum()), "mismatches": mismatches(dst, src),
            "timing": t}
-    del dst
     return res, src
 
 
-def direct_copy(src, ctx, warmup, iters, repeats):
-    """Plain torch loops, no harness timing helper: `dst.copy_(src)` and `src.clone()`, each timed with CUDA
-    events (CPU: time.perf_counter), median of `repeats` samples of `iters` calls (the counts that the harness
-    measurement of the same size chose within its budget share). Both results are verified.
-    Returns {"copy_": (seconds, mismatches, measured seconds), "clone": (...)}."""
-    def timed(op):
-        for _ in range(warmup):
-            op()
-        if ctx.is_cuda:
-            torch.cuda.synchronize(ctx.device)
-        samples = []
-        for _ in range(repeats):
-            if ctx.is_cuda:
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                start.record()
-                for _ in range(iters):
-                    op()
-                end.record()
-                end.synchronize()
-                samples.append(start.elapsed_time(end) / 1e3)
-            else:
-                t0 = time.perf_counter()
-                for _ in range(iters):
-                    op()
-                samples.append(time.perf_counter() - t0)
-        return statistics.median(samples) / iters, sum(samples)
-
-    out = {}
+def direct_copy(src, ctx, budget, like, like_name):
+    """Plain torch operations, `dst.copy_(src)` and `src.clone()`, each timed with the counts that the harness
+    measurement of the same size chose (``like``); both results are verified.
+    Returns {"copy_": {"gbs", "mismatches"}, "clone": {...}}."""
+    moved = 2.0 * src.numel() * ELEM
     dst = torch.zeros_like(src)
-    sec, measured = timed(lambda: dst.copy_(src))  # noqa: F821 (bound before use)
-    out["copy_"] = (sec, mismatches(dst, src), measured)
-    del dst
+    t = budget.repeat("direct_copy_", lambda: dst.copy_(src), ctx, like, like_name)
+    out = {"copy_": {"gbs": moved / t["median"] / 1e9, "mismatches": mismatches(dst, src)}}
+    dst = None  # freed before the clone loop
     holder = {}
 
     def clone():
         holder.pop("c", None)  # free the previous clone first: at most one extra copy alive
         holder["c"] = src.clone()
-    sec, measured = timed(clone)
-    out["clone"] = (sec, mismatches(holder["c"], src), measured)
+    t = budget.repeat("direct_clone", clone, ctx, like, like_name)
+    out["clone"] = {"gbs": moved / t["median"] / 1e9, "mismatches": mismatches(holder["c"], src)}
     holder.clear()
     return out
 
@@ -176,6 +142,45 @@ def host_memory():
 
 # --------------------------------------------------------------------------- main
 
+def measure_capacity(ctx, c):
+    """(capacity search result or None, why it was not run or None)."""
+    if not ctx.is_cuda:
+        return None, ("cpu: host RAM is shared with the OS and the other ranks, and overcommitted allocations "
+                      "succeed without memory behind them; reporting the total only (no allocation search)")
+    if not c["capacity_search"]:
+        return None, "capacity_search: false"
+    ctx.barrier()
+    cap = capacity_search(ctx)
+    LOG.event("STEP", **cap)
+    return cap, None
+
+
+def memory_metrics(cap):
+    """The memory figures: the capacity search's (GPU), else the host's total and available memory."""
+    if cap is not None:
+        return {"max_alloc_gib": {"value": cap["max_alloc_mib"] / 1024, "unit": "GiB"},
+                "mem_total_gib": {"value": cap["total_mib"] / 1024, "unit": "GiB"},
+                "mem_free_gib": {"value": cap["free_mib"] / 1024, "unit": "GiB"},
+                "max_alloc_pct_of_total": {"value": 100.0 * cap["max_alloc_mib"] / cap["total_mib"], "unit": "%"}}
+    metrics = {}
+    total, avail = host_memory()
+    if total:
+        metrics["mem_total_gib"] = {"value": total / GIB, "unit": "GiB"}
+    if avail:
+        metrics["mem_available_gib"] = {"value": avail / GIB, "unit": "GiB"}
+    return metrics
+
+
+def problems_of(per_size, direct, cap):
+    problems = [f"{s} MiB copy_: {r['mismatches']} wrong elements, {r['src_zeros']} zeros in the source"
+                for s, r in per_size.items() if r["mismatches"] or r["src_zeros"]]
+    if direct:
+        problems += [f"direct {op}: {d['mismatches']} wrong elements" for op, d in direct.items() if d["mismatches"]]
+    if cap is not None and not (0 < cap["max_alloc_mib"] <= cap["total_mib"] and cap["verified"]):
+        problems.append(f"capacity search: {cap}")
+    return problems
+
+
 def main():
     args, cfg = harness.parse_args()
     ctx = harness.setup_distributed(cfg)
@@ -185,58 +190,30 @@ def main():
 
     sizes, largest = c["sizes_mib"], c["sizes_mib"][-1]
     # the budget is split evenly over the timed windows: one per size, two more for the direct loops
-    budget = harness.BudgetReport(c["time_budget_s"], len(sizes) + (2 if c["direct"] else 0),
+    budget = harness.BudgetReport(c["timing"], len(sizes) + (2 if c["direct"] else 0),
                                   split="evenly over the timed windows: one per size, plus the direct copy_ and "
                                         "clone loops at the largest size (which reuse that size's counts)")
     LOG.event("RUN_START")
     per_size, src = {}, None
     for s in sizes:
         src = None  # free the previous size's source first
-        per_size[s], src = measure_size(s, gen, ctx, c, c["inject_error"] and s == largest, budget.share_s)
-        r = per_size[s]
-        t = budget.add(f"{s}mib", r["timing"])
+        per_size[s], src = measure_size(s, gen, ctx, budget, s == largest)
+        r, t = per_size[s], per_size[s]["timing"]
         LOG.event("STEP", size_mib=s, copy_bw_gbs=r["gbs"], time_ms=r["time_ms"], mismatches=r["mismatches"],
                   iters=t["iters"], repeats=t["repeats"], measured_s=t["measured_s"])
     direct = None
     if c["direct"]:
         ctx.barrier()  # ranks start together; outside the timed loops
-        t = per_size[largest]["timing"]
-        direct = direct_copy(src, ctx, t["warmup"], t["iters"], t["repeats"])
-        for op, (_, _, measured) in direct.items():
-            budget.add(f"direct_{op}", {"mode": f"counts of {largest}mib", "warmup": t["warmup"], "iters": t["iters"],
-                                        "repeats": t["repeats"], "measured_s": measured})
-        moved = 2.0 * src.numel() * ELEM
-        direct = {op: {"gbs": moved / sec / 1e9, "mismatches": bad} for op, (sec, bad, _) in direct.items()}
+        direct = direct_copy(src, ctx, budget, per_size[largest]["timing"], f"{largest}mib")
         LOG.event("STEP", size_mib=largest, direct_copy_bw_gbs=direct["copy_"]["gbs"],
                   direct_clone_bw_gbs=direct["clone"]["gbs"])
     del src
     if ctx.is_cuda:
         torch.cuda.empty_cache()
-    cap = None
-    cap_skip = None
-    if not ctx.is_cuda:
-        cap_skip = ("cpu: host RAM is shared with the OS and the other ranks, and overcommitted allocations "
-                    "succeed without memory behind them; reporting the total only (no allocation search)")
-    elif not c["capacity_search"]:
-        cap_skip = "capacity_search: false"
-    else:
-        ctx.barrier()
-        cap = capacity_search(ctx)
-        LOG.event("STEP", **cap)
+    cap, cap_skip = measure_capacity(ctx, c)
     LOG.event("RUN_END")
 
-    # ---- verdict (all ranks agree)
-    problems = []
-    for s in sizes:
-        r = per_size[s]
-        if r["mismatches"] or r["src_zeros"]:
-            problems.append(f"{s} MiB copy_: {r['mismatches']} wrong elements, {r['src_zeros']} zeros in the source")
-    if direct:
-        problems += [f"direct {op}: {d['mismatches']} wrong elements" for op, d in direct.items() if d["mismatches"]]
-    if cap is not None and not (0 < cap["max_alloc_mib"] <= cap["total_mib"] and cap["verified"]):
-        problems.append(f"capacity search: {cap}")
-    any_failed = ctx.all_reduce([float(bool(problems))], "max")[0] > 0
-
+    problems = problems_of(per_size, direct, cap)
     head = per_size[largest]["gbs"]
     details = {"sizes_mib": sizes, "bytes_counted": "read + written (2 x size per copy)",
                "data": "random int32, never 0",
@@ -248,11 +225,7 @@ def main():
     if cap_skip:
         details["capacity_search_skipped"] = cap_skip
     details.update(budget.details())
-    if c["inject_error"]:
-        details["inject_error"] = True
-    if any_failed:
-        details.update(problems=problems, failed_on_some_rank=True)
-        LOG.check_failed(details)
+    harness.fail_on_any_rank(LOG, ctx, problems, details, problems=problems)
 
     metrics = {}
     for s in sizes:
@@ -261,35 +234,24 @@ def main():
         metrics[f"copy_bw_gbs_{s}mib_min"] = {"value": r["gbs_min"], "unit": "GB/s"}
         metrics[f"copy_bw_gbs_{s}mib_max"] = {"value": r["gbs_max"], "unit": "GB/s"}
     metrics["copy_time_ms"] = {"value": per_size[largest]["time_ms"], "unit": "ms"}
-    per_rank = [("copy_bw_gbs", head, "GB/s")]  # aggregated over the ranks below
     if direct:
         best = max(direct, key=lambda op: direct[op]["gbs"])
         metrics["direct_copy_bw_gbs"] = {"value": direct[best]["gbs"], "unit": "GB/s"}
         metrics["direct_tensor_copy_bw_gbs"] = {"value": direct["copy_"]["gbs"], "unit": "GB/s"}
         metrics["direct_clone_bw_gbs"] = {"value": direct["clone"]["gbs"], "unit": "GB/s"}
         details["direct_best"] = best
-    if cap is not None:
-        metrics["max_alloc_gib"] = {"value": cap["max_alloc_mib"] / 1024, "unit": "GiB"}
-        metrics["mem_total_gib"] = {"value": cap["total_mib"] / 1024, "unit": "GiB"}
-        metrics["mem_free_gib"] = {"value": cap["free_mib"] / 1024, "unit": "GiB"}
-        metrics["max_alloc_pct_of_total"] = {"value": 100.0 * cap["max_alloc_mib"] / cap["total_mib"], "unit": "%"}
-        per_rank.append(("max_alloc_gib", cap["max_alloc_mib"] / 1024, "GiB"))
-    else:
-        total, avail = host_memory()
-        if total:
-            metrics["mem_total_gib"] = {"value": total / GIB, "unit": "GiB"}
-        if avail:
-            metrics["mem_available_gib"] = {"value": avail / GIB, "unit": "GiB"}
+    metrics.update(memory_metrics(cap))
+    per_rank = [("copy_bw_gbs", head, "GB/s")] + ([("max_alloc_gib", cap["max_alloc_mib"] / 1024, "GiB")] if cap
+                                                  else [])
     metrics.update(harness.rank_aggregates(ctx, per_rank, totals=("copy_bw_gbs",)))
     details["per_rank"] = {"metric": "copy_bw_gbs", "values": harness.per_rank_list(ctx, head)}
 
     env = harness.env_info(ctx)
     peak, entry = harness.peak_for(cfg, "mem_bw_gbs", env["device_name"])
+    details["peaks"] = {}
     if peak:
         metrics["pct_of_peak_mem_bw"] = {"value": 100.0 * head / peak, "unit": "%"}
         details["peaks"] = {"mem_bw": {"entry": entry, "key": "mem_bw_gbs", "value": peak}}
-    else:
-        details["peaks"] = {}
     ctx.destroy()
     LOG.finished(metric="copy_bw_gbs", value=head, unit="GB/s", higher_is_better=True,
                  metrics=metrics, checks={"passed": True, "details": details}, env=env)

@@ -1,9 +1,6 @@
 """GEMM throughput per dtype, one GEMM per rank; see README.md and docs/benchmarks.md."""
-import math
 import os
-import statistics
 import sys
-import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from common import harness  # noqa: E402
@@ -91,26 +88,14 @@ def fp8_unsupported(ctx):
 # --------------------------------------------------------------------------- configuration
 
 def read_config(cfg, ctx):
-    def int_val(key, v, minimum=1):
-        return harness.check_int("gemm", key, v, minimum)
-
-    def int_key(key, default, minimum=1):
-        return harness.config_int(cfg, "gemm", key, default, minimum)
-
-    c = {key: int_key(key, d) for key, d in (("m", 512), ("n", 512), ("k", 512), ("check_rows", 64))}
-    c["warmup"] = int_key("warmup", 5, minimum=0)
-    c["time_budget_s"] = harness.config_budget(cfg, "gemm", DEFAULT_BUDGET_S)
-    # explicit overrides of the counts the budget picks (null / absent: the budget decides)
-    c["iters"] = harness.config_opt_int(cfg, "gemm", "iters")
-    c["repeats"] = harness.config_opt_int(cfg, "gemm", "repeats")
-    s = cfg.get("sustained_s", 0)
-    if isinstance(s, bool) or not isinstance(s, (int, float)) or not math.isfinite(s) or s < 0:
-        harness.config_error(f"gemm: sustained_s must be a number of seconds >= 0 (0: off), got {s!r}")
-    c["sustained_s"] = float(s)
-    c["seed"] = int_key("seed", 1234, minimum=0)
-    c["inject_error"] = bool(cfg.get("inject_error", False))
-    c["direct"] = bool(cfg.get("direct", True))
-    c["fp8_fast_accum"] = bool(cfg.get("fp8_fast_accum", False))
+    keys = harness.CaseKeys(cfg, "gemm")
+    int_val = keys.check_int
+    c = {key: keys.int(key, d) for key, d in (("m", 512), ("n", 512), ("k", 512), ("check_rows", 64))}
+    c["timing"] = keys.timing(warmup=5, budget_s=DEFAULT_BUDGET_S)
+    c["sustained_s"] = keys.number("sustained_s", 0, lambda v: v >= 0, "a number of seconds >= 0 (0: off)")
+    c["seed"] = keys.int("seed", 1234, minimum=0)
+    c["direct"] = keys.flag("direct", True)
+    c["fp8_fast_accum"] = keys.flag("fp8_fast_accum", False)
     dtypes = cfg.get("dtypes", ["fp32", "bf16"])
     dtypes = [dtypes] if isinstance(dtypes, str) else list(dtypes)
     unknown = [d for d in dtypes if d not in DTYPES]
@@ -135,7 +120,7 @@ def read_config(cfg, ctx):
     ipd = cfg.get("iters_per_dtype") or {}
     if not isinstance(ipd, dict) or set(ipd) - set(DTYPES):
         harness.config_error(f"gemm: iters_per_dtype must map dtypes of {sorted(DTYPES)} to integers, got {ipd!r}")
-    c["iters_of"] = {d: int_val(f"iters_per_dtype.{d}", ipd[d]) if d in ipd else c["iters"] for d in DTYPES}
+    c["iters_of"] = {d: int_val(f"iters_per_dtype.{d}", ipd[d]) if d in ipd else None for d in DTYPES}
 
     c["skipped"] = {}
     if not ctx.is_cuda and "tf32" in dtypes:
@@ -169,7 +154,7 @@ def read_config(cfg, ctx):
     return c
 
 
-# --------------------------------------------------------------------------- inputs, checks, direct loop
+# --------------------------------------------------------------------------- inputs and checks
 
 def make_case(name, m, n, k, gen, ctx, fast_accum):
     """Inputs and the GEMM to time: (a, b, scale, fn, result) where fn() runs one GEMM, result() is its output
@@ -225,109 +210,54 @@ def int8_check(c_out, a, b, rows):
     return int((diff != 0).sum()), int(diff.max())
 
 
-def direct_matmul(a, b, ctx, warmup, iters, repeats):
-    """Plain `torch.matmul(a, b)` (a new output every call, no out=, no harness timing helper) in a bare loop,
-    timed with CUDA events (CPU: time.perf_counter). The counts are the ones the harness measurement of the
-    same dtype chose within its budget share (same GEMM, so about the same time).
-    Returns (median seconds per GEMM, last output, measured seconds)."""
-    c = None
-    for _ in range(warmup):
-        c = torch.matmul(a, b)
-    if ctx.is_cuda:
-        torch.cuda.synchronize(ctx.device)
-    samples = []
-    for _ in range(repeats):
-        if ctx.is_cuda:
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            for _ in range(iters):
-                c = torch.matmul(a, b)
-            end.record()
-            end.synchronize()
-            samples.append(start.elapsed_time(end) / 1e3)
-        else:
-            t0 = time.perf_counter()
-            for _ in range(iters):
-                c = torch.matmul(a, b)
-            samples.append(time.perf_counter() - t0)
-    return statistics.median(samples) / iters, c, sum(samples)
+# --------------------------------------------------------------------------- one dtype
+
+def measure_dtype(name, c, gen, ctx, budget, sustained):
+    """Time, check and (for DIRECT_DTYPES) time again as plain torch.matmul one dtype's GEMM; returns (result
+    dict, STEP record)."""
+    _, tf32, tol = DTYPES[name]
+    m, n, k = c["shapes"][name]
+    flop = 2.0 * m * n * k
+    rows = min(c["check_rows"], m)
+    a, b, scale, fn, result = make_case(name, m, n, k, gen, ctx, c["fp8_fast_accum"])
+    t = budget.time(name, fn, ctx, iters=c["iters_of"][name], label=f"gemm {name}",
+                    before_repeat=ctx.barrier)  # ranks together
+    out = result()
+    harness.corrupt_for_test("gemm", out)
+    r = {"tflops": flop / t["median"] / 1e12, "tflops_min": flop / t["max"] / 1e12,
+         "tflops_max": flop / t["min"] / 1e12, "time_ms": t["median"] * 1e3, "tol": tol}
+    if name == "int8":
+        r["mismatches"], r["max_abs_err"] = int8_check(out, a, b, rows)
+        r["ok"] = r["mismatches"] == 0
+    else:
+        r["rel_err"] = rel_err(out, a, b, rows, scale)
+        r["ok"] = r["rel_err"] <= tol  # NaN fails too
+    step = dict(dtype=name, time_ms=r["time_ms"], **{unit_of(name)[0]: r["tflops"]}, iters=t["iters"],
+                repeats=t["repeats"], measured_s=t["measured_s"])
+    step.update({key: r[key] for key in ("rel_err", "mismatches") if key in r})
+    if c["direct"] and name in DIRECT_DTYPES:
+        # plain `torch.matmul(a, b)`: a new output every call, no out=; the counts of this dtype's measurement
+        held = {}
+
+        def direct():
+            held["c"] = torch.matmul(a, b)
+        ctx.barrier()  # ranks start together; outside the timed loop
+        td = budget.repeat(f"direct_{name}", direct, ctx, t, name)
+        r["direct_tflops"] = flop / td["median"] / 1e12
+        r["direct_rel_err"] = rel_err(held.pop("c"), a, b, rows)
+        r["ok"] = r["ok"] and r["direct_rel_err"] <= tol
+        step.update(direct_tflops=r["direct_tflops"], direct_rel_err=r["direct_rel_err"])
+    if sustained is not None:
+        ctx.barrier()
+        ts = sustained.time(name, fn, ctx, label=f"gemm {name} sustained", before_repeat=ctx.barrier)
+        r["sustained_tflops"] = flop / ts["median"] / 1e12
+        step.update(sustained_tflops=r["sustained_tflops"], sustained_s=ts["measured_s"])
+    return r, step
 
 
-# --------------------------------------------------------------------------- main
-
-def main():
-    args, cfg = harness.parse_args()
-    ctx = harness.setup_distributed(cfg)
-    c = read_config(cfg, ctx)
-    gen = torch.Generator(device=ctx.device).manual_seed(c["seed"] + ctx.rank)
-    LOG.event("INIT_END", backend=ctx.backend, device=str(ctx.device), world_size=ctx.world_size)
-
-    # the budget is split evenly over the timed windows: one per dtype, one more per dtype with a direct loop
-    windows = {name: 2 if c["direct"] and name in DIRECT_DTYPES else 1 for name in c["dtypes"]}
-    budget = harness.BudgetReport(c["time_budget_s"], sum(windows.values()),
-                                  split="evenly over the timed windows: one per dtype, plus one per dtype with a "
-                                        "direct torch.matmul loop (which reuses that dtype's counts)")
-    sustained = None
-    if c["sustained_s"] > 0:
-        sustained = harness.BudgetReport(c["sustained_s"] * len(c["dtypes"]), len(c["dtypes"]),
-                                         split="sustained_s per dtype: one sample of as many GEMMs as fill it")
-
-    LOG.event("RUN_START")
-    results, tf32_flags = {}, {}
-    for name in c["dtypes"]:
-        _, tf32, tol = DTYPES[name]
-        m, n, k = c["shapes"][name]
-        flop = 2.0 * m * n * k
-        rows = min(c["check_rows"], m)
-        torch.backends.cuda.matmul.allow_tf32 = tf32  # explicit for every dtype: True only for tf32
-        tf32_flags[name] = bool(torch.backends.cuda.matmul.allow_tf32)
-        a, b, scale, fn, result = make_case(name, m, n, k, gen, ctx, c["fp8_fast_accum"])
-        t = budget.add(name, harness.time_fn(fn, ctx, warmup=c["warmup"], iters=c["iters_of"][name],
-                                             repeats=c["repeats"], before_repeat=ctx.barrier,  # ranks together
-                                             budget_s=budget.share_s, label=f"gemm {name}"))
-        out = result()
-        if c["inject_error"]:
-            out.mul_(2 if name == "int8" else 1.5)  # test-only: corrupt the result so that the check must fail
-        r = {"tflops": flop / t["median"] / 1e12, "tflops_min": flop / t["max"] / 1e12,
-             "tflops_max": flop / t["min"] / 1e12, "time_ms": t["median"] * 1e3, "tol": tol}
-        if name == "int8":
-            r["mismatches"], r["max_abs_err"] = int8_check(out, a, b, rows)
-            r["ok"] = r["mismatches"] == 0
-        else:
-            r["rel_err"] = rel_err(out, a, b, rows, scale)
-            r["ok"] = r["rel_err"] <= tol  # NaN fails too
-        step = dict(dtype=name, time_ms=r["time_ms"], **{unit_of(name)[0]: r["tflops"]}, iters=t["iters"],
-                    repeats=t["repeats"], measured_s=t["measured_s"])
-        step.update({key: r[key] for key in ("rel_err", "mismatches") if key in r})
-        if c["direct"] and name in DIRECT_DTYPES:
-            ctx.barrier()  # ranks start together; outside the timed loop
-            sec, c_direct, measured = direct_matmul(a, b, ctx, t["warmup"], t["iters"], t["repeats"])
-            budget.add(f"direct_{name}", {"mode": f"counts of {name}", "warmup": t["warmup"], "iters": t["iters"],
-                                          "repeats": t["repeats"], "measured_s": measured})
-            r["direct_tflops"] = flop / sec / 1e12
-            r["direct_rel_err"] = rel_err(c_direct, a, b, rows)
-            r["ok"] = r["ok"] and r["direct_rel_err"] <= tol
-            step.update(direct_tflops=r["direct_tflops"], direct_rel_err=r["direct_rel_err"])
-            del c_direct
-        if sustained is not None:
-            ctx.barrier()
-            ts = sustained.add(name, harness.time_fn(fn, ctx, warmup=0, repeats=1, before_repeat=ctx.barrier,
-                                                     budget_s=sustained.share_s, label=f"gemm {name} sustained"))
-            r["sustained_tflops"] = flop / ts["median"] / 1e12
-            step.update(sustained_tflops=r["sustained_tflops"], sustained_s=ts["measured_s"])
-        results[name] = r
-        LOG.event("STEP", **step)
-        del a, b, scale, out, fn, result
-    torch.backends.cuda.matmul.allow_tf32 = False
-    LOG.event("RUN_END")
-
-    names = c["dtypes"]
-    failed_here = [d for d in names if not results[d]["ok"]]
-    # all ranks agree on the verdict (and so all exit the same way) and on the aggregate throughput
-    any_failed = ctx.all_reduce([float(bool(failed_here))], "max")[0] > 0
-    totals = ctx.all_reduce([results[d]["tflops"] for d in names], "sum")
-    per_rank = harness.per_rank_list(ctx, results[names[0]]["tflops"])    # the headline of every rank
-    details = {}
+def check_details(c, results, tf32_flags, budget, sustained):
+    """The FINISHED (or CHECK_FAILED) details: every dtype's error, the shapes, the budget's windows."""
+    names, details = c["dtypes"], {}
     for d in names:
         r = results[d]
         if d == "int8":
@@ -351,38 +281,77 @@ def main():
         if "budget_warning" in details["sustained"]:
             details["budget_warning"] = "; ".join(w for w in (details.get("budget_warning"),
                                                               details["sustained"]["budget_warning"]) if w)
-    if c["inject_error"]:
-        details["inject_error"] = True
-    if any_failed:
-        details.update(failed_dtypes=failed_here, failed_on_some_rank=True)
-        LOG.check_failed(details)
+    return details
 
-    env = harness.env_info(ctx, matmul_allow_tf32=tf32_flags)
-    head = names[0]
+
+def dtype_metrics(cfg, results, totals, world_size, device_name):
+    """Every dtype's figures (the headline's own value is FINISHED's) and its share of the vendor's peak."""
     metrics, peaks = {}, {}
-    for i, d in enumerate(names):
-        r, (prefix, unit) = results[d], unit_of(d)
-        if d != head:
+    for i, (d, r) in enumerate(results.items()):
+        prefix, unit = unit_of(d)
+        if i:
             metrics[f"{prefix}_{d}"] = {"value": r["tflops"], "unit": unit}
         metrics[f"{prefix}_{d}_min"] = {"value": r["tflops_min"], "unit": unit}
         metrics[f"{prefix}_{d}_max"] = {"value": r["tflops_max"], "unit": unit}
         metrics[f"time_ms_{d}"] = {"value": r["time_ms"], "unit": "ms"}
-        if ctx.world_size > 1:
+        if world_size > 1:
             metrics[f"{prefix}_{d}_total"] = {"value": totals[i], "unit": unit}
         if "direct_tflops" in r:
             metrics[f"direct_tflops_{d}"] = {"value": r["direct_tflops"], "unit": "TFLOP/s"}
         if "sustained_tflops" in r:
             metrics[f"{prefix}_{d}_sustained"] = {"value": r["sustained_tflops"], "unit": unit}
-        peak, entry = harness.peak_for(cfg, peak_key(d), env["device_name"])
+        peak, entry = harness.peak_for(cfg, peak_key(d), device_name)
         if peak:
             metrics[f"pct_of_peak_{d}"] = {"value": 100.0 * r["tflops"] / peak, "unit": "%"}
             peaks[d] = {"entry": entry, "key": peak_key(d), "value": peak}
-    details["peaks"] = peaks
+    return metrics, peaks
+
+
+# --------------------------------------------------------------------------- main
+
+def main():
+    args, cfg = harness.parse_args()
+    ctx = harness.setup_distributed(cfg)
+    c = read_config(cfg, ctx)
+    gen = torch.Generator(device=ctx.device).manual_seed(c["seed"] + ctx.rank)
+    LOG.event("INIT_END", backend=ctx.backend, device=str(ctx.device), world_size=ctx.world_size)
+
+    # the budget is split evenly over the timed windows: one per dtype, one more per dtype with a direct loop
+    windows = {name: 2 if c["direct"] and name in DIRECT_DTYPES else 1 for name in c["dtypes"]}
+    budget = harness.BudgetReport(c["timing"], sum(windows.values()),
+                                  split="evenly over the timed windows: one per dtype, plus one per dtype with a "
+                                        "direct torch.matmul loop (which reuses that dtype's counts)")
+    sustained = None
+    if c["sustained_s"] > 0:
+        sustained = harness.BudgetReport(harness.Timing(0, c["sustained_s"] * len(c["dtypes"]), repeats=1),
+                                         len(c["dtypes"]),
+                                         split="sustained_s per dtype: one sample of as many GEMMs as fill it")
+
+    LOG.event("RUN_START")
+    results, tf32_flags = {}, {}
+    for name in c["dtypes"]:
+        torch.backends.cuda.matmul.allow_tf32 = DTYPES[name][1]  # explicit for every dtype: True only for tf32
+        tf32_flags[name] = bool(torch.backends.cuda.matmul.allow_tf32)
+        results[name], step = measure_dtype(name, c, gen, ctx, budget, sustained)
+        LOG.event("STEP", **step)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    LOG.event("RUN_END")
+
+    names = c["dtypes"]
+    failed_here = [d for d in names if not results[d]["ok"]]
+    # all ranks agree on the verdict (and so all exit the same way) and on the aggregate throughput
+    totals = ctx.all_reduce([results[d]["tflops"] for d in names], "sum")
+    per_rank = harness.per_rank_list(ctx, results[names[0]]["tflops"])    # the headline of every rank
+    details = check_details(c, results, tf32_flags, budget, sustained)
+    harness.fail_on_any_rank(LOG, ctx, failed_here, details, failed_dtypes=failed_here)
+
+    env = harness.env_info(ctx, matmul_allow_tf32=tf32_flags)
+    metrics, details["peaks"] = dtype_metrics(cfg, results, totals, ctx.world_size, env["device_name"])
     ctx.destroy()
-    prefix, unit = unit_of(head)
-    details["per_rank"] = {"metric": f"{prefix}_{head}", "values": per_rank}
-    LOG.finished(metric=f"{prefix}_{head}", value=results[head]["tflops"], unit=unit, higher_is_better=True,
-                 metrics=metrics, checks={"passed": True, "details": details}, env=env)
+    prefix, unit = unit_of(names[0])
+    details["per_rank"] = {"metric": f"{prefix}_{names[0]}", "values": per_rank}
+    LOG.finished(metric=f"{prefix}_{names[0]}", value=results[names[0]]["tflops"], unit=unit,
+                 higher_is_better=True, metrics=metrics, checks={"passed": True, "details": details}, env=env)
 
 
 if __name__ == "__main__":

@@ -20,14 +20,9 @@ DEFAULT_BUDGET_S = 2.0  # time_budget_s when the case config has none
 
 
 def read_config(cfg):
-    c = {"time_budget_s": harness.config_budget(cfg, "h2d", DEFAULT_BUDGET_S)}
-    # explicit overrides of the counts the budget picks (null / absent: the budget decides)
-    c.update({key: harness.config_opt_int(cfg, "h2d", key) for key in ("iters", "repeats")})
-    c["warmup"] = harness.config_int(cfg, "h2d", "warmup", 2, minimum=0)
-    c["seed"] = harness.config_int(cfg, "h2d", "seed", 1234, minimum=0)
-    c["sizes_mib"] = harness.sizes_mib(cfg, "h2d", [1, 16, 64, 256, 1024])
-    c["inject_error"] = bool(cfg.get("inject_error", False))
-    return c
+    keys = harness.CaseKeys(cfg, "h2d")
+    return {"timing": keys.timing(warmup=2, budget_s=DEFAULT_BUDGET_S), "seed": keys.int("seed", 1234, minimum=0),
+            "sizes_mib": keys.sizes_mib([1, 16, 64, 256, 1024])}
 
 
 def checksum(t):
@@ -35,7 +30,7 @@ def checksum(t):
     return int(t.sum(dtype=torch.int64))
 
 
-def measure_size(size_mib, gen, ctx, c, corrupt, budget):
+def measure_size(size_mib, gen, ctx, budget, largest):
     """Both directions with pinned and pageable host buffers for one size, each within budget.share_s seconds
     (windows recorded in ``budget``). Returns ({"<dir>_<mode>": {gbs, gbs_min, gbs_max, ok, ...}}, problems)."""
     n = size_mib * MIB // ELEM
@@ -49,10 +44,8 @@ def measure_size(size_mib, gen, ctx, c, corrupt, budget):
     out = {}
 
     def timed(fn, key):
-        t = budget.add(f"{key}_{size_mib}mib",
-                       harness.time_fn(fn, ctx, warmup=c["warmup"], iters=c["iters"], repeats=c["repeats"],
-                                       before_repeat=ctx.barrier,  # ranks measure together
-                                       budget_s=budget.share_s, label=f"h2d {key} {size_mib} MiB"))
+        t = budget.time(f"{key}_{size_mib}mib", fn, ctx, label=f"h2d {key} {size_mib} MiB",
+                        before_repeat=ctx.barrier)  # ranks measure together
         return {"gbs": nbytes / t["median"] / 1e9, "gbs_min": nbytes / t["max"] / 1e9,
                 "gbs_max": nbytes / t["min"] / 1e9, "time_ms": t["median"] * 1e3}
 
@@ -67,8 +60,7 @@ def measure_size(size_mib, gen, ctx, c, corrupt, budget):
         dev = torch.zeros(n, dtype=torch.int32, device=ctx.device)
         r = timed(lambda: dev.copy_(host, non_blocking=nb), f"h2d_{mode}")  # noqa: F821 (bound before use)
         ctx.sync()
-        if corrupt and pinned:
-            dev[n // 2] = 0  # test-only: one wrong element
+        harness.corrupt_for_test("h2d", dev, pinned and largest)
         r["checksum_ok"] = checksum(dev) == ref_sum
         r["equal"] = bool(torch.equal(dev, dev_ref))
         r["host_pinned"] = bool(host.is_pinned())
@@ -104,18 +96,17 @@ def main():
 
     sizes, largest = c["sizes_mib"], c["sizes_mib"][-1]
     # the budget is split evenly over the timed windows: 4 per size (h2d/d2h x pinned/pageable)
-    budget = harness.BudgetReport(c["time_budget_s"], len(sizes) * len(MODES) * len(DIRECTIONS),
+    budget = harness.BudgetReport(c["timing"], len(sizes) * len(MODES) * len(DIRECTIONS),
                                   split="evenly over the timed windows: one per size, direction and host memory kind")
     LOG.event("RUN_START")
     results, problems = {}, []
     for s in sizes:
-        results[s], bad = measure_size(s, gen, ctx, c, c["inject_error"] and s == largest, budget)
+        results[s], bad = measure_size(s, gen, ctx, budget, s == largest)
         problems += bad
         LOG.event("STEP", size_mib=s, **{f"{k}_gbs": r["gbs"] for k, r in results[s].items()})
         torch.cuda.empty_cache()
     LOG.event("RUN_END")
 
-    any_failed = ctx.all_reduce([float(bool(problems))], "max")[0] > 0
     keys = [f"{d}_{m}" for m in MODES for d in DIRECTIONS]  # h2d_pinned first: the headline
     details = {"sizes_mib": sizes, "bytes_counted": "bytes transferred (size per copy)",
                "data": "random int32, never 0",
@@ -124,11 +115,7 @@ def main():
                "host_pinned": {k: results[largest][k]["host_pinned"] for k in keys},
                "non_blocking": {"pinned": True, "pageable": False}}
     details.update(budget.details())
-    if c["inject_error"]:
-        details["inject_error"] = True
-    if any_failed:
-        details.update(problems=problems, failed_on_some_rank=True)
-        LOG.check_failed(details)
+    harness.fail_on_any_rank(LOG, ctx, problems, details, problems=problems)
 
     big = results[largest]
     metrics = {}

@@ -18,7 +18,6 @@ import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 
 import data as llm_data  # noqa: E402
-from common.devicestats import DeviceWindow  # noqa: E402
 from model import PRESETS, Llama, count_params, flops_per_token, lm_loss, rope_tables, shape_from  # noqa: E402
 
 SHAPE_KEYS = ("vocab_size", "dim", "n_layers", "n_heads", "n_kv_heads", "ffn_dim", "rope_theta")
@@ -30,7 +29,7 @@ DEFAULTS = dict(preset="tiny", seq_len=64, micro_batch=16, grad_accum=1, activat
                 lr=1e-2, weight_decay=0.0, lr_warmup_steps=10, warmup_steps=3, time_budget_s=12.0, min_steps=0,
                 max_steps=100000,
                 log_every=10, lang_vocab=16, order=2, p_follow=0.9, target_margin=0.8, target_loss=-1.0,
-                data_tokens=1 << 18, eval_batches=2, baseline="auto", seed=1234, inject_error=False)
+                data_tokens=1 << 18, eval_batches=2, baseline="auto", seed=1234)
 
 
 def read_config(cfg):
@@ -54,10 +53,11 @@ def read_config(cfg):
             harness.config_error(f"llm: {key} must be finite, got {v!r}")
         return out
 
-    c = harness.typed_config(cfg, DEFAULTS, "llm", value)
+    keys = harness.CaseKeys(cfg, "llm")
+    c = keys.typed(DEFAULTS, value)
     if c["min_steps"] < 0:
         harness.config_error(f"llm: min_steps must be >= 0, got {c['min_steps']}")
-    harness.require_positive(c, "llm", ("seq_len", "micro_batch", "grad_accum", "max_steps", "log_every",
+    keys.require_positive(c, ("seq_len", "micro_batch", "grad_accum", "max_steps", "log_every",
                                         "lang_vocab", "data_tokens", "eval_batches"))
     if c["time_budget_s"] <= 0:
         harness.config_error(f"llm: time_budget_s must be > 0, got {c['time_budget_s']}")
@@ -180,27 +180,17 @@ def run_loop(trainer, data, c, ctx, budget_s, max_steps, log_steps=True, min_ste
     out["compile_s"] = first                         # the first step: compilation, allocator warm-up
     out["warmup_s"] = time.monotonic() - t0
     out["time_to_first_step_s"] = (t0 - T_START) + first
-    window = DeviceWindow(ctx).start()
-    events = []
-    use_events = ctx.is_cuda
-
-    def mark():
-        if use_events:
-            e = torch.cuda.Event(enable_timing=True)
-            e.record()
-            events.append(e)
-        else:
-            events.append(time.perf_counter())
-
+    window = harness.device_window(ctx).start()
+    clock = harness.StepClock(ctx, sync=False)      # the steps stay queued: no device sync between them
     ctx.barrier()
     w0 = time.perf_counter()
-    mark()
+    clock.mark()
     steps, planned = 0, None       # planned: the step count the measured window ends at
     loss_sum, loss_n = torch.zeros((), device=ctx.device), 0
     calib = 3
     while True:
         loss = trainer.step(data.batches(ga, mb))
-        mark()
+        clock.mark()
         steps += 1
         loss_sum += loss
         loss_n += 1
@@ -230,11 +220,7 @@ def run_loop(trainer, data, c, ctx, budget_s, max_steps, log_steps=True, min_ste
                                  f"time_budget_s={budget_s:g}")
         print(f"warning: {out['budget_warning']}", file=sys.stderr, flush=True)
     window.stop()
-    if use_events:
-        times = [a.elapsed_time(b) / 1e3 for a, b in zip(events, events[1:])]
-    else:
-        times = [b - a for a, b in zip(events, events[1:])]
-    out.update(steps=steps, warmup_steps=warm, step_times=times, device_window=window.summary(),
+    out.update(steps=steps, warmup_steps=warm, step_times=clock.times(), device_window=window.summary(),
                last_loss=loss.item())
     if loss_n and log_steps:
         mean = ctx.all_reduce([loss_sum.item() / loss_n])[0] / ctx.world_size
@@ -291,33 +277,112 @@ def baseline_transformers(c, shape, ctx, data, autocast, use_compile, budget_s):
     return res
 
 
-def main():
-    args, cfg = harness.parse_args()
-    c, shape = read_config(cfg)
-    ctx = harness.setup_distributed(cfg)
-    world = ctx.world_size
-    gpu = ctx.is_accelerator
-    dtype = torch.bfloat16 if gpu else torch.float32
+def choose_parallel(c, ctx):
+    """(parallelism, compile?) for this run; one rank with FSDP or DDP gets a process group of its own."""
     parallel = c["parallel"]
     if parallel == "auto":
-        parallel = "fsdp" if world > 1 else "none"
+        parallel = "fsdp" if ctx.world_size > 1 else "none"
     if parallel in ("fsdp", "ddp") and not ctx.initialized:
         # one rank: a process group of one, so that FSDP2/DDP run exactly as they would across ranks
         dist.init_process_group(ctx.backend, store=dist.HashStore(), rank=0, world_size=1)
         ctx.initialized = True
     use_compile = c["compile"] == "true" or (c["compile"] == "auto" and ctx.is_cuda)
-    if use_compile and not ctx.is_cuda and c["compile"] == "auto":
-        use_compile = False
     if ctx.is_cuda:
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
+    return parallel, use_compile
 
+
+def mfu_of(cfg, c, shape, counts, tokens_per_s, ctx, device_name):
+    """The MFU record (formula, N, FLOPs per token) and the mfu metrics: there where the vendor's table has a
+    bf16 peak for this device."""
+    world, gpu = ctx.world_size, ctx.is_accelerator
+    fpt = flops_per_token(counts["matmul"], shape, c["seq_len"])
+    fpt_titan = flops_per_token(counts["titan"], shape, c["seq_len"])
+    mfu = {"formula": "flops_per_token = 6*N + 12*n_layers*dim*seq_len; "
+                      "mfu = flops_per_token * tokens_per_s / (world_size * peak)",
+           "N": counts["matmul"],
+           "N_means": "weights every token is multiplied by: block projections + LM head (counted even when tied "
+                      "to the embedding); the embedding lookup is excluded",
+           "n_layers": shape.n_layers, "dim": shape.dim, "seq_len": c["seq_len"], "flops_per_token": fpt,
+           "model_tflops_per_device": fpt * tokens_per_s / world / 1e12,
+           "titan": {"formula": "6*(all parameters - embedding) + 12*n_layers*dim*seq_len",
+                     "N": counts["titan"], "flops_per_token": fpt_titan},
+           "dtype": "bf16" if gpu else "fp32"}
+    peak, entry = harness.peak_for(cfg, "bf16_tflops", device_name) if gpu else (None, None)
+    metrics = {}
+    if peak:
+        metrics["mfu"] = {"value": 100.0 * fpt * tokens_per_s / (world * peak * 1e12), "unit": "%"}
+        metrics["mfu_titan"] = {"value": 100.0 * fpt_titan * tokens_per_s / (world * peak * 1e12), "unit": "%"}
+        mfu.update(peak_key="bf16_tflops", peak_entry=entry, peak_tflops=peak,
+                   peak_note="dense bf16 from the vendor's datasheet table (never the sparse figure)")
+    elif gpu:
+        mfu["omitted"] = f"no bf16_tflops entry in vendor_peaks matches {device_name!r}"
+    else:
+        mfu["omitted"] = "cpu run in fp32: the vendor peak tables hold accelerator peaks only, no peak to divide by"
+    return mfu, metrics
+
+
+def replicas_check(model, parallel, ctx):
+    """(replicas in sync, this rank's checksum over the full parameters): DDP replicas must agree; shards are
+    consistent by construction."""
+    with torch.no_grad():
+        checksum = sum(float(p.full_tensor().double().sum()) if hasattr(p, "full_tensor") else float(p.double().sum())
+                       for p in model.parameters())
+    if parallel != "ddp":
+        return True, checksum
+    lo, = ctx.all_reduce([checksum], "min")
+    hi, = ctx.all_reduce([checksum], "max")
+    return abs(hi - lo) <= 1e-9 * max(1.0, abs(hi)), checksum
+
+
+def baseline_of(c, shape, ctx, data, use_compile, dtype, tokens_per_s, metrics):
+    """The transformers baseline's details (its figures go into ``metrics``), or why it did not run."""
+    baseline = c["baseline"] == "true" or (c["baseline"] == "auto" and ctx.is_cuda and ctx.world_size == 1)
+    if not baseline:
+        return {"omitted": "baseline off (baseline: false, or auto off CUDA)"}
+    if ctx.world_size > 1:
+        return {"omitted": "the transformers baseline runs on one rank only (world_size 1)"}
+    with sdpa_context(c["attention_backend"]):
+        b = baseline_transformers(c, shape, ctx, data, torch.autocast(ctx.device.type, dtype=dtype)
+                                  if ctx.is_accelerator else contextlib.nullcontext(), use_compile,
+                                  c["time_budget_s"])
+    if "tokens_per_s" in b:
+        metrics["baseline_tokens_per_s"] = {"value": b["tokens_per_s"], "unit": "tokens/s"}
+        metrics["ratio_vs_transformers"] = {"value": tokens_per_s / b["tokens_per_s"], "unit": "x"}
+    return b
+
+
+def train_metrics(r, tokens_per_s_per_device, model_tflops, final_loss, eval_loss, converged_at, counts, peak_mem):
+    """The run's figures (the MFU's follow them)."""
+    metrics = {
+        "tokens_per_s_per_device": {"value": tokens_per_s_per_device, "unit": "tokens/s"},
+        "model_tflops_per_device": {"value": model_tflops, "unit": "TFLOP/s"},
+        "step_time_median_s": {"value": statistics.median(r["step_times"]), "unit": "s"},
+        "step_time_p90_s": {"value": percentile(r["step_times"], 0.9), "unit": "s"},
+        "compile_s": {"value": r["compile_s"], "unit": "s"},
+        "time_to_first_step_s": {"value": r["time_to_first_step_s"], "unit": "s"},
+        "final_loss": {"value": final_loss, "unit": "nats/token"},
+        "eval_loss": {"value": eval_loss, "unit": "nats/token"},
+        "converged": {"value": int(converged_at is not None), "unit": "bool"},
+        "params": {"value": counts["total"], "unit": "params"},
+    }
+    if peak_mem is not None:
+        metrics["peak_memory_gib"] = {"value": peak_mem, "unit": "GiB"}
+    return metrics
+
+
+def main():
+    args, cfg = harness.parse_args()
+    c, shape = read_config(cfg)
+    ctx = harness.setup_distributed(cfg)
+    world, gpu = ctx.world_size, ctx.is_accelerator
+    dtype = torch.bfloat16 if gpu else torch.float32
+    parallel, use_compile = choose_parallel(c, ctx)
     data = llm_data.make_source(c, shape, args.data_dir, ctx)
     # synthetic: the known floor plus a margin; a corpus (floor unknown): 90% of the first loss window
     target_loss = c["target_loss"] if c["target_loss"] >= 0 else data.floor + c["target_margin"]
-    if c["inject_error"]:
-        target_loss = -1.0          # test-only: unreachable
-
+    target_loss = harness.target_for_test("llm", target_loss, -1.0)
     forward, model = build(c, shape, ctx, parallel, use_compile, dtype)
     counts = count_params(model)
     # autocast only where the parameters are float32 on an accelerator (FSDP2 already computes in bf16)
@@ -353,9 +418,6 @@ def main():
     final_loss = windows[-1][1] if windows else r["last_loss"]
     tokens_per_step = c["grad_accum"] * c["micro_batch"] * c["seq_len"] * world
     tokens_per_s = r["steps"] * tokens_per_step / r["measured_s"]
-    fpt = flops_per_token(counts["matmul"], shape, c["seq_len"])
-    fpt_titan = flops_per_token(counts["titan"], shape, c["seq_len"])
-    step_med, step_p90 = statistics.median(r["step_times"]), percentile(r["step_times"], 0.9)
 
     details = {"converged": converged_at is not None, "converged_at_step": converged_at, "target_loss": target_loss,
                "final_loss": final_loss, "eval_loss": eval_loss, "data": data.describe(),
@@ -369,77 +431,19 @@ def main():
                "device_window": r["device_window"]}
     if "budget_warning" in r:
         details["budget_warning"] = r["budget_warning"]
-    mfu = {"formula": "flops_per_token = 6*N + 12*n_layers*dim*seq_len; "
-                      "mfu = flops_per_token * tokens_per_s / (world_size * peak)",
-           "N": counts["matmul"],
-           "N_means": "weights every token is multiplied by: block projections + LM head (counted even when tied "
-                      "to the embedding); the embedding lookup is excluded",
-           "n_layers": shape.n_layers, "dim": shape.dim, "seq_len": c["seq_len"], "flops_per_token": fpt,
-           "model_tflops_per_device": fpt * tokens_per_s / world / 1e12,
-           "titan": {"formula": "6*(all parameters - embedding) + 12*n_layers*dim*seq_len",
-                     "N": counts["titan"], "flops_per_token": fpt_titan},
-           "dtype": "bf16" if gpu else "fp32"}
-    metrics = {
-        "tokens_per_s_per_device": {"value": tokens_per_s / world, "unit": "tokens/s"},
-        "model_tflops_per_device": {"value": mfu["model_tflops_per_device"], "unit": "TFLOP/s"},
-        "step_time_median_s": {"value": step_med, "unit": "s"},
-        "step_time_p90_s": {"value": step_p90, "unit": "s"},
-        "compile_s": {"value": r["compile_s"], "unit": "s"},
-        "time_to_first_step_s": {"value": r["time_to_first_step_s"], "unit": "s"},
-        "final_loss": {"value": final_loss, "unit": "nats/token"},
-        "eval_loss": {"value": eval_loss, "unit": "nats/token"},
-        "converged": {"value": int(converged_at is not None), "unit": "bool"},
-        "params": {"value": counts["total"], "unit": "params"},
-    }
-    if peak_mem is not None:
-        metrics["peak_memory_gib"] = {"value": peak_mem, "unit": "GiB"}
     env = harness.env_info(ctx, precision=details["precision"], global_batch_tokens=tokens_per_step,
                            seq_len=c["seq_len"])
-    peak, entry = harness.peak_for(cfg, "bf16_tflops", env["device_name"]) if gpu else (None, None)
-    if peak:
-        metrics["mfu"] = {"value": 100.0 * fpt * tokens_per_s / (world * peak * 1e12), "unit": "%"}
-        metrics["mfu_titan"] = {"value": 100.0 * fpt_titan * tokens_per_s / (world * peak * 1e12), "unit": "%"}
-        mfu.update(peak_key="bf16_tflops", peak_entry=entry, peak_tflops=peak,
-                   peak_note="dense bf16 from the vendor's datasheet table (never the sparse figure)")
-    elif gpu:
-        mfu["omitted"] = f"no bf16_tflops entry in vendor_peaks matches {env['device_name']!r}"
-    else:
-        mfu["omitted"] = "cpu run in fp32: the vendor peak tables hold accelerator peaks only, no peak to divide by"
-    details["mfu"] = mfu
-
-    # replicas in sync (DDP) / shards consistent: a checksum over the full parameters on every rank
-    with torch.no_grad():
-        checksum = sum(float(p.full_tensor().double().sum()) if hasattr(p, "full_tensor") else float(p.double().sum())
-                       for p in model.parameters())
-    if parallel == "ddp":
-        lo, = ctx.all_reduce([checksum], "min")
-        hi, = ctx.all_reduce([checksum], "max")
-        details["replicas_in_sync"] = abs(hi - lo) <= 1e-9 * max(1.0, abs(hi))
-    else:
-        details["replicas_in_sync"] = True
-    details["param_checksum"] = checksum
-
-    baseline = c["baseline"] == "true" or (c["baseline"] == "auto" and ctx.is_cuda and world == 1)
+    details["mfu"], mfu_metrics = mfu_of(cfg, c, shape, counts, tokens_per_s, ctx, env["device_name"])
+    metrics = train_metrics(r, tokens_per_s / world, details["mfu"]["model_tflops_per_device"], final_loss,
+                            eval_loss, converged_at, counts, peak_mem)
+    metrics.update(mfu_metrics)
+    details["replicas_in_sync"], details["param_checksum"] = replicas_check(model, parallel, ctx)
     trainer = forward = model = None     # free the memory before the baseline
     if ctx.is_cuda:
         torch.cuda.empty_cache()
-    if baseline and world == 1:
-        with sdpa_context(c["attention_backend"]):
-            b = baseline_transformers(c, shape, ctx, data, torch.autocast(ctx.device.type, dtype=dtype)
-                                      if gpu else contextlib.nullcontext(), use_compile, c["time_budget_s"])
-        details["baseline"] = b
-        if "tokens_per_s" in b:
-            metrics["baseline_tokens_per_s"] = {"value": b["tokens_per_s"], "unit": "tokens/s"}
-            metrics["ratio_vs_transformers"] = {"value": tokens_per_s / b["tokens_per_s"], "unit": "x"}
-    elif baseline:
-        details["baseline"] = {"omitted": "the transformers baseline runs on one rank only (world_size 1)"}
-    else:
-        details["baseline"] = {"omitted": "baseline off (baseline: false, or auto off CUDA)"}
-
+    details["baseline"] = baseline_of(c, shape, ctx, data, use_compile, dtype, tokens_per_s, metrics)
     ok = (converged_at is not None and details["replicas_in_sync"] and math.isfinite(eval_loss)
           and tokens_per_s > 0)
-    if c["inject_error"]:
-        details["inject_error"] = True
     if not ok:
         ctx.destroy()
         LOG.check_failed(details)

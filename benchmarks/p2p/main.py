@@ -25,30 +25,20 @@ DEFAULT_BUDGET_S = 2.0  # time_budget_s when the case config has none (the CPU d
 
 def read_config(cfg):
     """Pure Python (no torch): the validated case configuration."""
-    c = {"sizes": harness.size_sweep(cfg, "p2p")}
+    keys = harness.CaseKeys(cfg, "p2p")
+    c = {"sizes": keys.size_sweep()}
     pairs = cfg.get("pairs", [[0, 1]])
     ok = isinstance(pairs, list) and pairs and all(
         isinstance(p, list) and len(p) == 2 and all(isinstance(x, int) and not isinstance(x, bool) and x >= 0
                                                     for x in p) and p[0] != p[1] for p in pairs)
     if not ok:
-        harness.config_error(f"p2p: pairs must be a non-empty list of [src, dst] rank pairs with src != dst, "
-                             f"got {pairs!r}")
+        keys.error(f"pairs must be a non-empty list of [src, dst] rank pairs with src != dst, got {pairs!r}")
     c["pairs"] = [list(p) for p in dict.fromkeys(tuple(p) for p in pairs)]
-    modes = cfg.get("modes", list(MODES))
-    modes = [modes] if isinstance(modes, str) else modes
-    if not isinstance(modes, list) or not modes or any(m not in MODES for m in modes):
-        harness.config_error(f"p2p: modes must be a non-empty list of {list(MODES)}, got {modes!r}")
+    modes = keys.choices("modes", list(MODES), MODES)
     c["modes"] = [m for m in MODES if m in modes]
-    c["dtype"] = cfg.get("dtype", "fp32")
-    if c["dtype"] not in DTYPES:
-        harness.config_error(f"p2p: dtype must be one of {sorted(DTYPES)}, got {c['dtype']!r}")
-    c["warmup"] = harness.config_int(cfg, "p2p", "warmup", 5, 0)
-    c["time_budget_s"] = harness.config_budget(cfg, "p2p", DEFAULT_BUDGET_S)
-    # explicit overrides of the counts the budget picks (null / absent: the budget decides)
-    c["iters"] = harness.config_opt_int(cfg, "p2p", "iters")
-    c["repeats"] = harness.config_opt_int(cfg, "p2p", "repeats")
-    c["seed"] = harness.config_int(cfg, "p2p", "seed", 1234, 0)
-    c["inject_error"] = bool(cfg.get("inject_error", False))
+    c["dtype"] = keys.choice("dtype", "fp32", DTYPES)
+    c["timing"] = keys.timing(warmup=5, budget_s=DEFAULT_BUDGET_S)
+    c["seed"] = keys.int("seed", 1234, minimum=0)
     return c
 
 
@@ -78,7 +68,7 @@ def mismatches(t, coef, dt):
 
 # --------------------------------------------------------------------------- one pair, one size, one mode
 
-def run_one(pair, mode, nbytes, c, ctx, dt, gen, inject_rank, budget, label):
+def run_one(pair, mode, nbytes, ctx, dt, gen, fault_rank, budget, label):
     """Every rank calls this (the ranks outside the pair only join the barriers and the all-reduces that agree
     on the counts). The timing fills budget.share_s seconds (recorded in ``budget`` as <mode>_<src>_<dst>_<label>).
     Returns a result dict, or None when nbytes is less than one element."""
@@ -110,9 +100,8 @@ def run_one(pair, mode, nbytes, c, ctx, dt, gen, inject_rank, budget, label):
             pass
     # the idle ranks run the same number of barriers (before_repeat) and time nothing; time_fn all-reduces the
     # calibration (MAX), so the idle ranks take the pair's counts
-    t = budget.add(f"{mode}_{src}_{dst}_{label}", harness.time_fn(
-        fn, ctx, warmup=c["warmup"], iters=c["iters"], repeats=c["repeats"], before_repeat=ctx.barrier,
-        budget_s=budget.share_s, label=f"p2p {mode} {src}->{dst} {label}"))
+    t = budget.time(f"{mode}_{src}_{dst}_{label}", fn, ctx, label=f"p2p {mode} {src}->{dst} {label}",
+                    before_repeat=ctx.barrier)
     t_pair = ctx.all_reduce([t["median"] if active else 0.0], "max")[0]  # the slower of the two ranks
 
     # check: the sender's data is (sender + 1) * p; the receiver's buffer starts at -1
@@ -126,8 +115,7 @@ def run_one(pair, mode, nbytes, c, ctx, dt, gen, inject_rank, budget, label):
         ctx.sync()
         receives = mode == "bi" or rank == dst
         if receives:
-            if c["inject_error"] and rank == inject_rank:
-                rbuf[:1].neg_()  # test-only: corrupt what this rank received so that the check must fail
+            harness.corrupt_for_test("p2p", rbuf, rank == fault_rank)
             bad = mismatches(rbuf, peer + 1, dt)
             checked = count
     moved = count * elt * (2 if mode == "bi" else 1)
@@ -145,18 +133,78 @@ def node_of(rank):
     return rank // lws if lws > 0 else None
 
 
-def main():
-    global torch, dist
-    _args, cfg = harness.parse_args()
-    c = read_config(cfg)
-    world_size = harness.skip_below_ranks(LOG, 2, SKIP_REASON)
-    skipped = {}
-    pairs = []
+def pairs_within(c, world_size):
+    """The configured pairs within WORLD_SIZE, and {"<src>_<dst>": why} for the others."""
+    pairs, skipped = [], {}
     for p in c["pairs"]:
         if max(p) >= world_size:
             skipped[f"{p[0]}_{p[1]}"] = f"pair {p} outside WORLD_SIZE={world_size}"
         else:
             pairs.append(p)
+    return pairs, skipped
+
+
+def where_pairs_are(ctx, pairs):
+    """For every pair: its ranks' nodes and hosts, and whether they share a node (an all_gather_object: also
+    the first collective of the group, before any send/recv)."""
+    where = [None] * ctx.world_size
+    dist.all_gather_object(where, {"node": node_of(ctx.rank), "host": socket.gethostname()})
+    info = []
+    for src, dst in pairs:
+        a, b = where[src], where[dst]
+        same = a["node"] == b["node"] if a["node"] is not None and b["node"] is not None else a["host"] == b["host"]
+        info.append({"pair": [src, dst], "same_node": bool(same), "nodes": [a["node"], b["node"]],
+                     "hosts": [a["host"], b["host"]]})
+    return info
+
+
+def sweep(pairs, c, ctx, dt, gen, skipped, labels):
+    """Every pair, size and mode within the budget split evenly over them; prints rank 0's table. Returns
+    ({(src, dst, mode, size): result}, the BudgetReport)."""
+    budget = harness.BudgetReport(c["timing"], len(pairs) * len(c["sizes"]) * len(c["modes"]),
+                                  split="evenly over the timed windows: one per pair, size and mode")
+    results = {}
+    for src, dst in pairs:
+        for s in c["sizes"]:
+            for mode in c["modes"]:
+                r = run_one([src, dst], mode, s, ctx, dt, gen, pairs[0][1], budget, labels[s])
+                if r is None:
+                    skipped[f"{src}_{dst}_{labels[s]}"] = f"{s} bytes is less than one {c['dtype']} element"
+                    continue
+                results[(src, dst, mode, s)] = r
+                LOG.event("STEP", pair=[src, dst], mode=mode, size=labels[s], bytes=r["bytes"],
+                          time_us=r["time_s"] * 1e6, bw=r["bw"], mismatches=r["bad"], iters=r["iters"],
+                          repeats=r["repeats"], measured_s=r["measured_s"])
+                if ctx.rank == 0:
+                    print(f"{f'{src}->{dst}' if mode == 'uni' else f'{src}<->{dst}':>7} {mode:>4} {labels[s]:>6} "
+                          f"{r['bytes']:>12} {r['time_s'] * 1e6:>11.2f} {r['bw']:>10.3f} {r['bad']:>5}", flush=True)
+            if ctx.is_cuda:
+                torch.cuda.empty_cache()
+    return results, budget
+
+
+def sweep_metrics(results, c, first, labels):
+    """bw and time per pair, mode and size; bw at the largest size per pair and mode; the other modes of the
+    first pair. -> (metrics, headline result, headline size)."""
+    metrics, largest = {}, {}
+    for (src, dst, mode, s), r in results.items():
+        metrics[f"bw_{mode}_{src}_{dst}_{labels[s]}"] = {"value": r["bw"], "unit": "GB/s"}
+        metrics[f"time_us_{mode}_{src}_{dst}_{labels[s]}"] = {"value": r["time_s"] * 1e6, "unit": "us"}
+        largest[(src, dst, mode)] = max(s, largest.get((src, dst, mode), 0))
+    for (src, dst, mode), s in largest.items():
+        metrics[f"bw_{mode}_{src}_{dst}"] = {"value": results[(src, dst, mode, s)]["bw"], "unit": "GB/s"}
+    for mode in c["modes"][1:]:
+        metrics[f"bw_{mode}"] = dict(metrics[f"bw_{mode}_{first[0]}_{first[1]}"])
+    head_size = largest[(first[0], first[1], c["modes"][0])]
+    return metrics, results[(first[0], first[1], c["modes"][0], head_size)], head_size
+
+
+def main():
+    global torch, dist
+    _args, cfg = harness.parse_args()
+    c = read_config(cfg)
+    world_size = harness.skip_below_ranks(LOG, 2, SKIP_REASON)
+    pairs, skipped = pairs_within(c, world_size)
     if not pairs:
         LOG.skipped(f"no pair of {c['pairs']} within WORLD_SIZE={world_size}")
 
@@ -168,18 +216,8 @@ def main():
     rank, n = ctx.rank, ctx.world_size
     nnodes = harness.env_int("NNODES", 1)
     dt_name = c["dtype"]
-    dt = getattr(torch, DTYPES[dt_name])
     gen = torch.Generator(device=ctx.device).manual_seed(c["seed"] + rank)
-    # where every rank lives (also the first collective of the group, before any send/recv)
-    where = [None] * n
-    dist.all_gather_object(where, {"node": node_of(rank), "host": socket.gethostname()})
-    pair_info = []
-    for src, dst in pairs:
-        a, b = where[src], where[dst]
-        same = a["node"] == b["node"] if a["node"] is not None and b["node"] is not None else a["host"] == b["host"]
-        pair_info.append({"pair": [src, dst], "same_node": bool(same), "nodes": [a["node"], b["node"]],
-                          "hosts": [a["host"], b["host"]]})
-    inject_rank = pairs[0][1]
+    pair_info = where_pairs_are(ctx, pairs)
     LOG.event("INIT_END", backend=ctx.backend, device=str(ctx.device), world_size=n)
 
     labels = {s: harness.format_size(s) for s in c["sizes"]}
@@ -188,27 +226,8 @@ def main():
               f"pairs {[(i['pair'], 'same node' if i['same_node'] else 'cross node') for i in pair_info]}",
               flush=True)
         print(f"{'pair':>7} {'mode':>4} {'size':>6} {'bytes':>12} {'time_us':>11} {'GB/s':>10} {'bad':>5}", flush=True)
-    # the budget is split evenly over the timed windows: one per pair, size and mode
-    budget = harness.BudgetReport(c["time_budget_s"], len(pairs) * len(c["sizes"]) * len(c["modes"]),
-                                  split="evenly over the timed windows: one per pair, size and mode")
     LOG.event("RUN_START")
-    results = {}
-    for src, dst in pairs:
-        for s in c["sizes"]:
-            for mode in c["modes"]:
-                r = run_one([src, dst], mode, s, c, ctx, dt, gen, inject_rank, budget, labels[s])
-                if r is None:
-                    skipped[f"{src}_{dst}_{labels[s]}"] = f"{s} bytes is less than one {dt_name} element"
-                    continue
-                results[(src, dst, mode, s)] = r
-                LOG.event("STEP", pair=[src, dst], mode=mode, size=labels[s], bytes=r["bytes"],
-                          time_us=r["time_s"] * 1e6, bw=r["bw"], mismatches=r["bad"], iters=r["iters"],
-                          repeats=r["repeats"], measured_s=r["measured_s"])
-                if rank == 0:
-                    print(f"{f'{src}->{dst}' if mode == 'uni' else f'{src}<->{dst}':>7} {mode:>4} {labels[s]:>6} "
-                          f"{r['bytes']:>12} {r['time_s'] * 1e6:>11.2f} {r['bw']:>10.3f} {r['bad']:>5}", flush=True)
-            if ctx.is_cuda:
-                torch.cuda.empty_cache()
+    results, budget = sweep(pairs, c, ctx, getattr(torch, DTYPES[dt_name]), gen, skipped, labels)
     LOG.event("RUN_END")
 
     failures = [{"pair": [k[0], k[1]], "mode": k[2], "size": labels[k[3]], "mismatches": r["bad"]}
@@ -223,32 +242,16 @@ def main():
         "check": f"the sender's data is (sender + 1) * (1 + i % {PERIOD}); the receiver compares every element",
     }
     details.update(budget.details())
-    if c["inject_error"]:
-        details["inject_error"] = True
     harness.check_all_ranks(LOG, ctx, failures, details)
     if not results:
         harness.config_error(f"p2p: every size is too small (skipped: {skipped})")
 
-    metrics = {}
-    for (src, dst, mode, s), r in results.items():
-        metrics[f"bw_{mode}_{src}_{dst}_{labels[s]}"] = {"value": r["bw"], "unit": "GB/s"}
-        metrics[f"time_us_{mode}_{src}_{dst}_{labels[s]}"] = {"value": r["time_s"] * 1e6, "unit": "us"}
-    largest = {}
-    for (src, dst, mode, s) in results:
-        largest[(src, dst, mode)] = max(s, largest.get((src, dst, mode), 0))
-    for (src, dst, mode), s in largest.items():
-        metrics[f"bw_{mode}_{src}_{dst}"] = {"value": results[(src, dst, mode, s)]["bw"], "unit": "GB/s"}
-    first = pairs[0]
-    head_mode = c["modes"][0]
-    for mode in c["modes"][1:]:
-        metrics[f"bw_{mode}"] = dict(metrics[f"bw_{mode}_{first[0]}_{first[1]}"])
-    head_size = largest[(first[0], first[1], head_mode)]
-    head = results[(first[0], first[1], head_mode, head_size)]
-    details["headline"] = f"bw_{head_mode} of pair {first} at {labels[head_size]}"
+    metrics, head, head_size = sweep_metrics(results, c, pairs[0], labels)
+    details["headline"] = f"bw_{c['modes'][0]} of pair {pairs[0]} at {labels[head_size]}"
     env = harness.env_info(ctx, nnodes=nnodes, node_rank=node_of(rank), dtype=dt_name, pairs=pair_info,
                            sizes=[labels[s] for s in c["sizes"]])
     ctx.destroy()
-    LOG.finished(metric=f"bw_{head_mode}", value=head["bw"], unit="GB/s", higher_is_better=True,
+    LOG.finished(metric=f"bw_{c['modes'][0]}", value=head["bw"], unit="GB/s", higher_is_better=True,
                  metrics=metrics, checks={"passed": True, "details": details}, env=env)
 
 

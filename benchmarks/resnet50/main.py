@@ -29,11 +29,10 @@ PRESETS = {
     "small": dict(image_size=64, num_classes=10, base_width=16, blocks=[1, 1, 1, 1], batch_size=32,
                   dataset_size=2048, eval_size=512, pattern_size=4, pattern_scale=4, target_accuracy=0.9),
 }
-PRESET_KEYS = tuple(PRESETS["resnet50"])
 DEFAULTS = dict(preset="small", data="auto", noise_std=0.5, lr=0.1, momentum=0.9, nesterov=True, weight_decay=5e-5,
                 lr_warmup_steps=20, warmup_steps=3, time_budget_s=20.0, max_steps=1000, log_every=10,
                 eval_every=20, early_stop=True, channels_last=True, compile="auto", compile_mode="default",
-                baseline="auto", seed=1234, inject_error=False)
+                baseline="auto", seed=1234)
 CHOICES = {"preset": tuple(PRESETS), "data": ("auto", "synthetic", "folder"),
            "compile_mode": ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")}
 TRI_STATE = ("compile", "baseline")  # "auto", true or false
@@ -68,7 +67,8 @@ def _value(key, v, default):
 
 def read_config(cfg):
     """The typed configuration: DEFAULTS, then the preset's keys, each overridable (null: the preset's)."""
-    c = harness.typed_config(cfg, DEFAULTS, NAME, _value)
+    keys = harness.CaseKeys(cfg, NAME)
+    c = keys.typed(DEFAULTS, _value)
     preset = PRESETS[c["preset"]]
     for key, default in preset.items():
         v = cfg.get(key)
@@ -82,7 +82,7 @@ def read_config(cfg):
             c[key] = list(v)
         else:
             c[key] = _value(key, v, default)
-    harness.require_positive(c, NAME, ("num_classes", "base_width", "batch_size", "dataset_size", "eval_size",
+    keys.require_positive(c, ("num_classes", "base_width", "batch_size", "dataset_size", "eval_size",
                                        "pattern_size", "pattern_scale", "max_steps", "log_every"))
     if c["num_classes"] < 2:
         harness.config_error(f"{NAME}: num_classes must be >= 2, got {c['num_classes']}")
@@ -319,13 +319,9 @@ class Trainer:
         watch.start()
         window = harness.device_window(ctx).start()     # clocks, power, energy of the measured steps (and evals)
         warmup_s = time.perf_counter() - t0
-        cuda_events = ctx.is_cuda
-        seg_start, marks, segments = time.perf_counter(), [], []
-        if cuda_events:
-            marks.append(torch.cuda.Event(enable_timing=True))
-            marks[-1].record()
-        else:
-            marks.append(time.perf_counter())
+        clock = harness.StepClock(ctx)
+        seg_start = time.perf_counter()
+        clock.mark()
         timed_s, measured, loss_sum, loss_n = 0.0, 0, torch.zeros((), device=ctx.device), 0
         window_loss, accuracy, evals, converged_at, stop_reason = float("nan"), None, [], None, None
         while True:
@@ -333,12 +329,7 @@ class Trainer:
             loss_n += 1
             step += 1
             measured += 1
-            if cuda_events:
-                marks.append(torch.cuda.Event(enable_timing=True))
-                marks[-1].record()
-            else:
-                ctx.sync()
-                marks.append(time.perf_counter())
+            clock.mark()
             eval_due = evaluate is not None and c["eval_every"] and step % c["eval_every"] == 0
             if not (step % c["log_every"] == 0 or step >= c["max_steps"] or eval_due):
                 continue
@@ -351,7 +342,7 @@ class Trainer:
             record = dict(step=step, loss=window_loss, elapsed_s=elapsed, lr=self.sched.get_last_lr()[0])
             if eval_due:
                 timed_s += watch.stop()
-                segments.append(marks)
+                clock.pause()
                 accuracy = evaluate()
                 evals.append([step, round(accuracy, 4)])
                 record["accuracy"] = accuracy
@@ -369,23 +360,12 @@ class Trainer:
                 break
             if eval_due:
                 watch.start()
-                seg_start, marks = time.perf_counter(), []
-                if cuda_events:
-                    marks.append(torch.cuda.Event(enable_timing=True))
-                    marks[-1].record()
-                else:
-                    marks.append(time.perf_counter())
-        if not segments or segments[-1] is not marks:
+                seg_start = time.perf_counter()
+                clock.mark()
+        if not eval_due:  # else the last evaluation stopped the clock already
             timed_s += watch.stop()
-            segments.append(marks)
         window.stop()
-        step_times = []
-        for seg in segments:
-            if cuda_events:
-                step_times += [a.elapsed_time(b) / 1e3 for a, b in zip(seg, seg[1:])]
-            else:
-                step_times += [b - a for a, b in zip(seg, seg[1:])]
-        return dict(steps=step, measured_steps=measured, timed_s=timed_s, step_times=step_times,
+        return dict(steps=step, measured_steps=measured, timed_s=timed_s, step_times=clock.times(),
                     compile_s=first_step_s, warmup_s=warmup_s, first_step_end=first_step_end,
                     final_loss=window_loss, accuracy=accuracy, evals=evals, converged_at=converged_at,
                     stop_reason=stop_reason, device_window=window.summary())
@@ -442,22 +422,15 @@ def run_baseline(c, ctx, fmt, compile_on, batches, n_params):
 
 # --------------------------------------------------------------------------- main
 
-def main():
-    args, cfg = harness.parse_args()
-    ctx = harness.setup_distributed(cfg)
-    c = read_config(cfg)
-    rank, world, dev = ctx.rank, ctx.world_size, ctx.device
-    target_override = 1.01 if c["inject_error"] else None  # test-only: an unreachable target
-    fmt = torch.channels_last if c["channels_last"] else torch.contiguous_format
-    compile_on = ctx.is_cuda if c["compile"] == "auto" else c["compile"]
-    if ctx.is_cuda:
-        torch.backends.cudnn.benchmark = True  # fixed shapes: cuDNN picks its fastest kernels (in warm-up)
-
+def prepare_data(args, c, ctx, cfg, fmt):
+    """This rank's training batches (``batches(seed)``: normalised, endless), the held-out evaluation of a
+    trainer (``evaluate(trainer)``) and the data's description; a folder of real images without a
+    target_accuracy gets one it can reach in a short budget."""
+    dev = ctx.device
     train_x, train_y, eval_x, eval_y, data_desc = load_data(args, c, ctx, fmt, cfg.get("num_classes"))
     if data_desc["kind"] == "folder" and cfg.get("target_accuracy") is None:
         # real images in a short budget: twice chance, at most halfway between chance and 1
         c["target_accuracy"] = min(2.0 / c["num_classes"], (1.0 + 1.0 / c["num_classes"]) / 2)
-    target = target_override or c["target_accuracy"]
     if len(train_x) < c["batch_size"]:
         harness.config_error(f"{NAME}: dataset_size={c['dataset_size']} gives {len(train_x)} images per rank, fewer "
                              f"than batch_size={c['batch_size']}")
@@ -470,6 +443,112 @@ def main():
     def batches(seed):
         for x, y in batch_stream(train_x, train_y, c["batch_size"], seed, dev, fmt):
             yield normalize(x), y
+
+    def evaluate(trainer):
+        return trainer.evaluate(eval_x, eval_y, normalize)
+    return batches, evaluate, data_desc
+
+
+def run_details(c, ctx, res, trainer, data_desc, precision, compile_on, n_params):
+    """The FINISHED (or CHECK_FAILED) details of our model's run, before the MFU and the baseline."""
+    return {"device_window": res.get("device_window"),
+            "converged": res["converged"], "converged_at_step": res["converged_at"],
+            "target_accuracy": res["target"], "eval_accuracy": res["accuracy"], "final_loss": res["final_loss"],
+            "evals": res["evals"], "replicas_in_sync": res["in_sync"], "param_checksum_spread": res["spread"],
+            "steps": res["steps"], "measured_steps": res["measured_steps"], "warmup_steps": c["warmup_steps"],
+            "max_steps": c["max_steps"], "time_budget_s": c["time_budget_s"], "stop_reason": res["stop_reason"],
+            "chance_accuracy": 1.0 / c["num_classes"], "precision": precision,
+            "memory_format": "channels_last" if c["channels_last"] else "contiguous",
+            "compile": {"enabled": compile_on, "setting": c["compile"], "mode": c["compile_mode"],
+                        "target": "the DDP-wrapped model" if ctx.initialized else "the model"},
+            "optimizer": {"name": "SGD", "impl": trainer.optimizer_impl, "momentum": c["momentum"],
+                          "nesterov": c["nesterov"], "weight_decay": c["weight_decay"],
+                          "peak_lr": trainer.peak_lr, "lr_rule": "lr x global_batch / 256, linear warm-up over "
+                          "lr_warmup_steps, then constant"},
+            "model": {"preset": c["preset"], "blocks": c["blocks"], "base_width": c["base_width"],
+                      "num_classes": c["num_classes"], "image_size": c["image_size"], "params": n_params},
+            "data": data_desc,
+            "step_time_source": ("CUDA events recorded after every step" if ctx.is_cuda else
+                                 "time.perf_counter after every step (after a device sync off the CPU)")}
+
+
+def run_metrics(cfg, c, ctx, res, images_per_s, flops, n_params, device_name):
+    """Our model's figures and the MFU record (``flops``: forward MACs, forward and train FLOPs per image)."""
+    fwd_macs, fwd_flops, train_flops = flops
+    per_device = images_per_s / ctx.world_size
+    model_tflops = train_flops * per_device / 1e12
+    step_times = res["step_times"]
+    metrics = {
+        "images_per_s_per_device": {"value": per_device, "unit": "images/s"},
+        "step_time_median_s": {"value": statistics.median(step_times), "unit": "s"},
+        "step_time_p90_s": {"value": percentile(step_times, 0.9), "unit": "s"},
+        "model_tflops_per_device": {"value": model_tflops, "unit": "TFLOP/s"},
+        "final_loss": {"value": res["final_loss"], "unit": "nats"},
+        "eval_accuracy": {"value": res["accuracy"], "unit": "fraction"},
+        "converged": {"value": int(res["converged"]), "unit": "bool"},
+        "compile_s": {"value": res["compile_s"], "unit": "s"},
+        "warmup_s": {"value": res["warmup_s"], "unit": "s"},
+        "time_to_first_step_s": {"value": res["first_step_end"] - LOG.init_start, "unit": "s"},
+        "train_time_s": {"value": res["timed_s"], "unit": "s"},
+        "steps": {"value": res["steps"], "unit": "steps"},
+        "params": {"value": n_params, "unit": "params"},
+        "train_flops_per_image": {"value": train_flops, "unit": "FLOP"},
+        "peak_rss_gib": {"value": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2 ** 20, "unit": "GiB"},
+    }
+    if res["peak_memory_gib"] is not None:
+        metrics["peak_memory_gib"] = {"value": res["peak_memory_gib"], "unit": "GiB"}
+    mfu = {"formula": FLOP_FORMULA, "forward_macs_per_image": fwd_macs, "forward_flops_per_image": fwd_flops,
+           "train_flops_per_image": train_flops, "image_size": c["image_size"],
+           "model_tflops_per_device": model_tflops, "dtype": "bf16" if ctx.is_cuda else "fp32"}
+    if ctx.is_cuda:
+        peak, entry = harness.peak_for(cfg, PEAK_KEY, device_name)
+        if peak:
+            metrics["mfu"] = {"value": 100.0 * model_tflops / peak, "unit": "%"}
+            mfu.update(peak_key=PEAK_KEY, peak_entry=entry, peak_tflops=peak)
+        else:
+            mfu["omitted"] = f"no {PEAK_KEY} entry in vendor_peaks matches {device_name!r}"
+    else:
+        mfu["omitted"] = ("cpu run in fp32: the vendor peak tables hold accelerator peaks only, so there is no "
+                          "peak to divide by")
+    return metrics, mfu
+
+
+def baseline_run(c, ctx, fmt, compile_on, batches, n_params, images_per_s, planned, details, metrics):
+    """torchvision's resnet50 through the same Trainer loop, after our measurement: its figures go into
+    ``metrics``; returns the baseline details."""
+    world = ctx.world_size
+    base, extra = run_baseline(c, ctx, fmt, compile_on, batches(c["seed"] + 3000 + ctx.rank), n_params)
+    base_ips = throughput(base, c["batch_size"], world)
+    metrics["baseline_images_per_s"] = {"value": base_ips, "unit": "images/s"}
+    if base_ips > 0:
+        metrics["ratio_vs_torchvision"] = {"value": images_per_s / base_ips, "unit": "x"}
+    out = dict(planned, **extra)
+    out.update(
+        compared=f"torchvision.models.resnet50(num_classes={c['num_classes']}) against benchmarks/resnet50/"
+                 f"model.py, after our measurement, through the same Trainer loop: same data stream, SGD "
+                 f"({extra['optimizer_impl']}), {details['precision']}, {details['memory_format']}, compile "
+                 f"{'on' if compile_on else 'off'}, batch {c['batch_size']} per rank x {world} ranks, "
+                 f"{c['warmup_steps']} warm-up steps, time_budget_s {c['time_budget_s']}, max_steps "
+                 f"{c['max_steps']}; no evaluation, no convergence check",
+        images_per_s=base_ips, measured_steps=base["measured_steps"], timed_s=base["timed_s"],
+        compile_s=base["compile_s"], step_time_median_s=statistics.median(base["step_times"]),
+        final_loss=base["final_loss"], stop_reason=base["stop_reason"])
+    if ctx.is_cuda:
+        out["peak_memory_gib"] = torch.cuda.max_memory_allocated(ctx.device) / 2 ** 30
+    return out
+
+
+def main():
+    args, cfg = harness.parse_args()
+    ctx = harness.setup_distributed(cfg)
+    c = read_config(cfg)
+    rank, world, dev = ctx.rank, ctx.world_size, ctx.device
+    fmt = torch.channels_last if c["channels_last"] else torch.contiguous_format
+    compile_on = ctx.is_cuda if c["compile"] == "auto" else c["compile"]
+    if ctx.is_cuda:
+        torch.backends.cudnn.benchmark = True  # fixed shapes: cuDNN picks its fastest kernels (in warm-up)
+    batches, evaluate, data_desc = prepare_data(args, c, ctx, cfg, fmt)
+    target = harness.target_for_test(NAME, c["target_accuracy"], 1.01)
 
     torch.manual_seed(c["seed"])
     model = resnet(c["blocks"], c["num_classes"], c["base_width"]).to(dev).to(memory_format=fmt)
@@ -486,50 +565,27 @@ def main():
     LOG.event("INIT_END", backend=ctx.backend, device=str(dev), world_size=world)
 
     LOG.event("RUN_START")
-    res = trainer.run(batches(c["seed"] + 2000 + rank), target=target,
-                      evaluate=lambda: trainer.evaluate(eval_x, eval_y, normalize),
+    res = trainer.run(batches(c["seed"] + 2000 + rank), target=target, evaluate=lambda: evaluate(trainer),
                       log=lambda **kw: LOG.event("STEP", **kw))
     if not res["evals"] or res["evals"][-1][0] != res["steps"]:
-        res["accuracy"] = trainer.evaluate(eval_x, eval_y, normalize)  # the last word: after the last step
+        res["accuracy"] = evaluate(trainer)  # the last word: after the last step
         res["evals"].append([res["steps"], round(res["accuracy"], 4)])
     images_per_s = throughput(res, c["batch_size"], world)
-    peak_mem = torch.cuda.max_memory_allocated(dev) / 2 ** 30 if ctx.is_cuda else None
-    accuracy = res["accuracy"]
-    converged = accuracy >= target  # all-reduced: every rank agrees
+    res.update(target=target, converged=res["accuracy"] >= target,  # all-reduced: every rank agrees
+               peak_memory_gib=torch.cuda.max_memory_allocated(dev) / 2 ** 30 if ctx.is_cuda else None)
     with torch.no_grad():
         checksum = sum(p.double().sum() for p in model.parameters()).item()
     cs_min, = ctx.all_reduce([checksum], "min")
     cs_max, = ctx.all_reduce([checksum], "max")
-    in_sync = abs(cs_max - cs_min) <= 1e-9 * max(1.0, abs(cs_max))
+    res.update(in_sync=abs(cs_max - cs_min) <= 1e-9 * max(1.0, abs(cs_max)), spread=cs_max - cs_min)
     LOG.event("RUN_END", steps=res["steps"], stop_reason=res["stop_reason"])
 
-    step_times = res["step_times"]
-    details = {"device_window": res.get("device_window"),
-               "converged": converged, "converged_at_step": res["converged_at"], "target_accuracy": target,
-               "eval_accuracy": accuracy, "final_loss": res["final_loss"], "evals": res["evals"],
-               "replicas_in_sync": in_sync, "param_checksum_spread": cs_max - cs_min, "steps": res["steps"],
-               "measured_steps": res["measured_steps"], "warmup_steps": c["warmup_steps"],
-               "max_steps": c["max_steps"], "time_budget_s": c["time_budget_s"], "stop_reason": res["stop_reason"],
-               "chance_accuracy": 1.0 / c["num_classes"], "precision": precision,
-               "memory_format": "channels_last" if c["channels_last"] else "contiguous",
-               "compile": {"enabled": compile_on, "setting": c["compile"], "mode": c["compile_mode"],
-                           "target": "the DDP-wrapped model" if ctx.initialized else "the model"},
-               "optimizer": {"name": "SGD", "impl": trainer.optimizer_impl, "momentum": c["momentum"],
-                             "nesterov": c["nesterov"], "weight_decay": c["weight_decay"],
-                             "peak_lr": trainer.peak_lr, "lr_rule": "lr x global_batch / 256, linear warm-up over "
-                             "lr_warmup_steps, then constant"},
-               "model": {"preset": c["preset"], "blocks": c["blocks"], "base_width": c["base_width"],
-                         "num_classes": c["num_classes"], "image_size": c["image_size"], "params": n_params},
-               "data": data_desc,
-               "step_time_source": ("CUDA events recorded after every step" if ctx.is_cuda else
-                                    "time.perf_counter after every step (after a device sync off the CPU)")}
-    if c["inject_error"]:
-        details["inject_error"] = True
+    details = run_details(c, ctx, res, trainer, data_desc, precision, compile_on, n_params)
     failures = []
-    if not converged:
-        failures.append(f"eval_accuracy {accuracy:.4f} < target_accuracy {target} after {res['steps']} steps "
-                        f"({res['stop_reason']})")
-    if not in_sync:
+    if not res["converged"]:
+        failures.append(f"eval_accuracy {res['accuracy']:.4f} < target_accuracy {target} after {res['steps']} "
+                        f"steps ({res['stop_reason']})")
+    if not res["in_sync"]:
         failures.append("DDP replicas diverged")
     if not (math.isfinite(res["final_loss"]) and images_per_s > 0):
         failures.append(f"final_loss {res['final_loss']}, images_per_s {images_per_s}")
@@ -539,68 +595,17 @@ def main():
 
     env = harness.env_info(ctx, precision=precision, global_batch=c["batch_size"] * world,
                            image_size=c["image_size"])
-    per_device = images_per_s / world
-    model_tflops = train_flops * per_device / 1e12
-    metrics = {
-        "images_per_s_per_device": {"value": per_device, "unit": "images/s"},
-        "step_time_median_s": {"value": statistics.median(step_times), "unit": "s"},
-        "step_time_p90_s": {"value": percentile(step_times, 0.9), "unit": "s"},
-        "model_tflops_per_device": {"value": model_tflops, "unit": "TFLOP/s"},
-        "final_loss": {"value": res["final_loss"], "unit": "nats"},
-        "eval_accuracy": {"value": accuracy, "unit": "fraction"},
-        "converged": {"value": int(converged), "unit": "bool"},
-        "compile_s": {"value": res["compile_s"], "unit": "s"},
-        "warmup_s": {"value": res["warmup_s"], "unit": "s"},
-        "time_to_first_step_s": {"value": res["first_step_end"] - LOG.init_start, "unit": "s"},
-        "train_time_s": {"value": res["timed_s"], "unit": "s"},
-        "steps": {"value": res["steps"], "unit": "steps"},
-        "params": {"value": n_params, "unit": "params"},
-        "train_flops_per_image": {"value": train_flops, "unit": "FLOP"},
-        "peak_rss_gib": {"value": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2 ** 20, "unit": "GiB"},
-    }
-    if peak_mem is not None:
-        metrics["peak_memory_gib"] = {"value": peak_mem, "unit": "GiB"}
-    mfu = {"formula": FLOP_FORMULA, "forward_macs_per_image": fwd_macs, "forward_flops_per_image": fwd_flops,
-           "train_flops_per_image": train_flops, "image_size": c["image_size"],
-           "model_tflops_per_device": model_tflops, "dtype": "bf16" if ctx.is_cuda else "fp32"}
-    if ctx.is_cuda:
-        peak, entry = harness.peak_for(cfg, PEAK_KEY, env["device_name"])
-        if peak:
-            metrics["mfu"] = {"value": 100.0 * model_tflops / peak, "unit": "%"}
-            mfu.update(peak_key=PEAK_KEY, peak_entry=entry, peak_tflops=peak)
-        else:
-            mfu["omitted"] = f"no {PEAK_KEY} entry in vendor_peaks matches {env['device_name']!r}"
-    else:
-        mfu["omitted"] = ("cpu run in fp32: the vendor peak tables hold accelerator peaks only, so there is no "
-                          "peak to divide by")
-    details["mfu"] = mfu
-
+    metrics, details["mfu"] = run_metrics(cfg, c, ctx, res, images_per_s, (fwd_macs, fwd_flops, train_flops),
+                                          n_params, env["device_name"])
     if do_baseline:
         del trainer
         model.to("cpu")
         if ctx.is_cuda:
             torch.cuda.empty_cache()
             torch.cuda.reset_peak_memory_stats(dev)
-        base, extra = run_baseline(c, ctx, fmt, compile_on, batches(c["seed"] + 3000 + rank), n_params)
-        base_ips = throughput(base, c["batch_size"], world)
-        metrics["baseline_images_per_s"] = {"value": base_ips, "unit": "images/s"}
-        if base_ips > 0:
-            metrics["ratio_vs_torchvision"] = {"value": images_per_s / base_ips, "unit": "x"}
-        baseline_details = dict(baseline_details, **extra)
-        baseline_details.update(
-            compared=f"torchvision.models.resnet50(num_classes={c['num_classes']}) against benchmarks/resnet50/"
-                     f"model.py, after our measurement, through the same Trainer loop: same data stream, SGD "
-                     f"({extra['optimizer_impl']}), {precision}, {details['memory_format']}, compile "
-                     f"{'on' if compile_on else 'off'}, batch {c['batch_size']} per rank x {world} ranks, "
-                     f"{c['warmup_steps']} warm-up steps, time_budget_s {c['time_budget_s']}, max_steps "
-                     f"{c['max_steps']}; no evaluation, no convergence check",
-            images_per_s=base_ips, measured_steps=base["measured_steps"], timed_s=base["timed_s"],
-            compile_s=base["compile_s"], step_time_median_s=statistics.median(base["step_times"]),
-            final_loss=base["final_loss"], stop_reason=base["stop_reason"])
-        if ctx.is_cuda:
-            baseline_details["peak_memory_gib"] = torch.cuda.max_memory_allocated(dev) / 2 ** 30
+        baseline_details = baseline_run(c, ctx, fmt, compile_on, batches, n_params, images_per_s,
+                                        baseline_details, details, metrics)
     details["baseline"] = baseline_details
-
     ctx.destroy()
     metrics["e2e_time"] = {"value": time.time() - LOG.init_start, "unit": "s"}
     LOG.finished(metric="images_per_s", value=images_per_s, unit="images/s", higher_is_better=True,

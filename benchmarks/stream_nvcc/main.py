@@ -4,7 +4,6 @@ import ctypes
 import os
 import re
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -30,32 +29,16 @@ DEFAULT_BUDGET_S = 2.0     # time_budget_s when the case config has none
 
 
 def read_config(cfg):
-    def int_key(key, default, minimum=1):
-        v = cfg.get(key, default)
-        if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
-            harness.config_error(f"stream_nvcc: {key} must be an integer >= {minimum}, got {v!r}")
-        return v
-
-    c = {"n": int_key("n", 1 << 20)}
-    c["time_budget_s"] = harness.config_budget(cfg, "stream_nvcc", DEFAULT_BUDGET_S)
-    # explicit overrides of the counts the budget picks (null / absent: the budget decides)
-    c.update({key: harness.config_opt_int(cfg, "stream_nvcc", key) for key in ("iters", "repeats")})
-    c["warmup"] = int_key("warmup", 5, minimum=0)
-    c["seed"] = int_key("seed", 1234, minimum=0)
-    c["compile_timeout_s"] = int_key("compile_timeout_s", 300)
+    keys = harness.CaseKeys(cfg, "stream_nvcc")
+    c = {"n": keys.int("n", 1 << 20), "timing": keys.timing(warmup=5, budget_s=DEFAULT_BUDGET_S),
+         "seed": keys.int("seed", 1234, minimum=0), "compile_timeout_s": keys.int("compile_timeout_s", 300)}
     s = cfg.get("scalar", 3.0)
     if isinstance(s, bool) or not isinstance(s, (int, float)) or not 0 < s < 1e6:
-        harness.config_error(f"stream_nvcc: scalar must be a number in (0, 1e6), got {s!r}")
+        keys.error(f"scalar must be a number in (0, 1e6), got {s!r}")
     c["scalar"] = ctypes.c_float(float(s)).value  # the fp32 value the kernel sees, also in the reference
     if c["n"] >= 1 << 40:
-        harness.config_error(f"stream_nvcc: n={c['n']} is absurdly large")
-    extra = cfg.get("nvcc_extra_flags", [])
-    if isinstance(extra, str):
-        extra = extra.split()
-    if not isinstance(extra, list) or not all(isinstance(x, str) for x in extra):
-        harness.config_error(f"stream_nvcc: nvcc_extra_flags must be a list of strings, got {extra!r}")
-    c["nvcc_extra_flags"] = extra
-    c["inject_error"] = bool(cfg.get("inject_error", False))
+        keys.error(f"n={c['n']} is absurdly large")
+    c["nvcc_extra_flags"] = keys.strings("nvcc_extra_flags", [])
     return c
 
 
@@ -248,9 +231,10 @@ def cleanup(ctx, build):
         shutil.rmtree(build["dir"], ignore_errors=True)
 
 
-def main():
-    args, cfg = harness.parse_args()
-    c = read_config(cfg)
+def build_triad(cfg, c, result_dir):
+    """Skip where this case cannot run (no CUDA device, no nvcc on some node, a driver older than nvcc's
+    runtime), build the kernel once per node and load it. Returns (ctx, triad, build, nvcc, nvcc version,
+    triad_info). Never returns on a skip or a failed build."""
     device_type = os.environ.get("FLAGPERF_DEVICE", "cpu").strip().lower()
     nvcc, looked = find_nvcc()
     nvcc_note = f"nvcc: {nvcc}" if nvcc else f"nvcc: not found (looked in {', '.join(looked)})"
@@ -263,19 +247,17 @@ def main():
                     f"built for CUDA {torch.version.cuda}; {nvcc_note})")
     ctx = harness.setup_distributed(cfg)
     # nvcc may be missing on one node only: all ranks agree before anyone compiles
-    have_nvcc = ctx.all_reduce([1.0 if nvcc else 0.0], "min")[0] > 0
-    if not have_nvcc:
+    if ctx.all_reduce([1.0 if nvcc else 0.0], "min")[0] <= 0:
         LOG.skipped(f"no nvcc on {'this node' if not nvcc else 'some node'} ({nvcc_note}); "
                     "install the CUDA toolkit or set CUDA_HOME")
     nvcc_ver = nvcc_version(nvcc)
-
-    build, all_ok = build_once_per_node(ctx, nvcc, c, args.result_dir)
+    build, all_ok = build_once_per_node(ctx, nvcc, c, result_dir)
     if not all_ok:
         cleanup(ctx, build)
         LOG.check_failed({"stage": "compile", "nvcc": nvcc, "nvcc_version": nvcc_ver,
                           "this_node_ok": bool(build and build["ok"]),
                           "attempts": (build or {}).get("attempts"),
-                          "log": os.path.join(args.result_dir, "stream_nvcc_build_node*.log")})
+                          "log": os.path.join(result_dir, "stream_nvcc_build_node*.log")})
     triad = Triad(build["path"], ctx.device.index)
     code, info = triad.info()
     # nvcc's cudart (linked statically) newer than the driver: this host cannot run what its nvcc builds
@@ -289,85 +271,97 @@ def main():
         cleanup(ctx, build)
         LOG.check_failed({"stage": "triad_info", "cuda_error": code, "message": triad.error(code),
                           "failed_on_some_rank": True, **info})
+    return ctx, triad, build, nvcc, nvcc_ver, info
 
+
+class KernelRun:
+    """The nvcc kernel's launches for the harness timing: ``launch()`` one (a warm-up), ``batch(k)`` the seconds
+    of k launches between two cudaEvents (triad_timed). The first CUDA error is kept; after it both do nothing
+    (a batch is 0 s), so that this rank still takes part in the barriers and all-reduces and no rank waits."""
+
+    def __init__(self, triad, a, b, cc, s, n, stream_ptr):
+        self.triad, self.args, self.stream_ptr, self.error = triad, (a, b, cc, s, n), stream_ptr, None
+
+    def launch(self):
+        if self.error is None:
+            try:
+                self.triad.launch(*self.args, self.stream_ptr)
+            except CudaError as e:
+                self.error = e
+
+    def batch(self, k):
+        if self.error is not None:
+            return 0.0
+        try:
+            return self.triad.timed(*self.args, k, self.stream_ptr) / 1e3
+        except CudaError as e:
+            self.error = e
+            return 0.0
+
+
+def triad_metrics(cfg, bytes_per_iter, t_kernel, t_torch, total_gbs, world_size, device_name):
+    """The kernel's and torch.add's figures (the kernel's median is FINISHED's value), and the peak used."""
+    gbs = bytes_per_iter / t_kernel["median"] / 1e9
+    torch_gbs = bytes_per_iter / t_torch["median"] / 1e9
+    metrics = {
+        "triad_gbs_min": {"value": bytes_per_iter / t_kernel["max"] / 1e9, "unit": "GB/s"},
+        "triad_gbs_max": {"value": bytes_per_iter / t_kernel["min"] / 1e9, "unit": "GB/s"},
+        "time_ms": {"value": t_kernel["median"] * 1e3, "unit": "ms"},
+        "torch_triad_gbs": {"value": torch_gbs, "unit": "GB/s"},
+        "triad_vs_torch": {"value": gbs / torch_gbs, "unit": "ratio"},
+    }
+    if world_size > 1:
+        metrics["triad_gbs_total"] = {"value": total_gbs, "unit": "GB/s"}
+    peak, entry = harness.peak_for(cfg, "mem_bw_gbs", device_name)
+    if not peak:
+        return metrics, f"no mem_bw_gbs entry in vendor_peaks matches {device_name!r}"
+    metrics["pct_of_peak_mem_bw"] = {"value": 100.0 * gbs / peak, "unit": "%"}
+    metrics["torch_pct_of_peak_mem_bw"] = {"value": 100.0 * torch_gbs / peak, "unit": "%"}
+    return metrics, {"key": "mem_bw_gbs", "entry": entry, "value_gbs": peak}
+
+
+def main():
+    args, cfg = harness.parse_args()
+    c = read_config(cfg)
+    ctx, triad, build, nvcc, nvcc_ver, info = build_triad(cfg, c, args.result_dir)
     n, s, dev = c["n"], c["scalar"], ctx.device
     gen = torch.Generator(device=dev).manual_seed(c["seed"] + ctx.rank)
     # b, c in [1, 2) and s > 0: no cancellation, so the relative error of any sane rounding stays ~1e-7
     b = torch.rand(n, generator=gen, device=dev, dtype=torch.float32).add_(1.0)
     cc = torch.rand(n, generator=gen, device=dev, dtype=torch.float32).add_(1.0)
     a = torch.empty(n, device=dev, dtype=torch.float32)
-    stream = torch.cuda.current_stream(dev)
-    stream_ptr = stream.cuda_stream
+    kernel = KernelRun(triad, a, b, cc, s, n, torch.cuda.current_stream(dev).cuda_stream)
     vectorized = triad.vectorized(a, b, cc, n)
-    bytes_per_iter = BYTES_PER_ELEMENT * n
     LOG.event("INIT_END", backend=ctx.backend, device=str(dev), world_size=ctx.world_size)
 
     # the budget is split evenly over the two timed windows: torch.add and the nvcc kernel
-    budget = harness.BudgetReport(c["time_budget_s"], 2, split="evenly over the two timed windows: torch.add and "
-                                                               "the nvcc kernel")
+    budget = harness.BudgetReport(c["timing"], 2, split="evenly over the two timed windows: torch.add and "
+                                                        "the nvcc kernel")
     LOG.event("RUN_START")
-    # 1. the library version of the same operation, timed the same way (cudaEvents on the current stream)
+    # 1. the library version of the same operation, timed the same way (cudaEvents on the current stream);
+    # 2. the nvcc kernel: warm-up launches, calibration batches, then repeats x iters launches between events.
+    # Each after a NaN poison, so that an element never written shows.
     a.fill_(float("nan"))
-    t_torch = budget.add("torch_add", harness.time_fn(
-        lambda: torch.add(b, cc, alpha=s, out=a), ctx, warmup=c["warmup"], iters=c["iters"], repeats=c["repeats"],
-        before_repeat=ctx.barrier, budget_s=budget.share_s, label="stream_nvcc torch.add"))
+    t_torch = budget.time("torch_add", lambda: torch.add(b, cc, alpha=s, out=a), ctx,
+                          label="stream_nvcc torch.add", before_repeat=ctx.barrier)
     torch_err, torch_nonfinite, _, torch_inexact = verify(a, b, cc, s)
-    # 2. the nvcc kernel: poison, warm-up launches (untimed; as many as torch.add got), calibration batches,
-    # then repeats x iters launches between events (triad_timed), sized by the same budget rules as time_fn
     a.fill_(float("nan"))
     ctx.sync()
-    cuda_error = None
-    try:
-        for _ in range(t_torch["warmup"]):
-            triad.launch(a, b, cc, s, n, stream_ptr)
-        ctx.sync()
-    except CudaError as e:
-        cuda_error = e
-
-    def kernel_batch(k):
-        """Seconds of k launches between two cudaEvents; 0 once this rank has a CUDA error (it still takes part
-        in the barriers and all-reduces, so that no rank waits forever)."""
-        nonlocal cuda_error
-        if cuda_error is not None:
-            return 0.0
-        try:
-            return triad.timed(a, b, cc, s, n, k, stream_ptr) / 1e3
-        except CudaError as e:
-            cuda_error = e
-            return 0.0
-
-    share, cal_calls, per_call = budget.share_s, 0, None
-    if c["iters"] is not None and c["repeats"] is not None:
-        iters, repeats, warning, kmode = c["iters"], c["repeats"], None, "fixed"
-    else:
-        per_call, cal_calls = harness.calibrate(kernel_batch, ctx, share, before_repeat=ctx.barrier)
-        iters, repeats, warning = harness.plan_counts(per_call, share, iters=c["iters"], repeats=c["repeats"])
-        kmode = "minimum" if per_call > share else "budget"
-    samples, measured, stop = harness.measure(kernel_batch, ctx, iters, repeats, before_repeat=ctx.barrier,
-                                              budget_s=share if kmode == "budget" else None)
-    warning = "; ".join(w for w in (warning, stop) if w) or None
-    if warning:
-        harness.budget_warning("stream_nvcc kernel", warning)
-    t_kernel = budget.add("kernel", {"mode": kmode, "warmup": t_torch["warmup"], "iters": iters,
-                                     "repeats": len(samples), "measured_s": measured, "per_call_s": per_call,
-                                     "calibration_calls": cal_calls, "budget_warning": warning})
-    if c["inject_error"]:  # test-only: an element the kernel "missed"; the poison check must catch it
-        a[-1] = float("nan")
+    t_kernel = budget.time("kernel", kernel.launch, ctx, label="stream_nvcc kernel", before_repeat=ctx.barrier,
+                           batch=kernel.batch)
+    harness.corrupt_for_test("stream_nvcc", a)
     ctx.sync()
     LOG.event("RUN_END")
 
-    if ctx.all_reduce([float(cuda_error is not None)], "max")[0] > 0:
+    if ctx.all_reduce([float(kernel.error is not None)], "max")[0] > 0:
         cleanup(ctx, build)
+        e = kernel.error
         LOG.check_failed({"stage": "kernel", "failed_on_some_rank": True,
-                          **({"call": cuda_error.what, "cuda_error": cuda_error.code, "message": cuda_error.message}
-                             if cuda_error else {})})
+                          **({"call": e.what, "cuda_error": e.code, "message": e.message} if e else {})})
     err, nonfinite, first_bad, inexact = verify(a, b, cc, s)
     ok_here = err <= REL_TOL and nonfinite == 0 and torch_err <= REL_TOL and torch_nonfinite == 0
-    any_failed = ctx.all_reduce([0.0 if ok_here else 1.0], "max")[0] > 0
-    t_med = statistics.median(samples)
-    gbs = bytes_per_iter / t_med / 1e9
-    gbs_best, gbs_worst = bytes_per_iter / min(samples) / 1e9, bytes_per_iter / max(samples) / 1e9
-    torch_gbs = bytes_per_iter / t_torch["median"] / 1e9
+    bytes_per_iter = BYTES_PER_ELEMENT * n
+    gbs = bytes_per_iter / t_kernel["median"] / 1e9
     total_gbs, = ctx.all_reduce([gbs], "sum")
     per_rank = harness.per_rank_list(ctx, gbs)
     env = harness.env_info(ctx, nvcc=nvcc, nvcc_version=nvcc_ver, nvcc_flags=build["flags"],
@@ -381,35 +375,20 @@ def main():
         "bytes_per_iter": bytes_per_iter,
         "bytes_formula": "3 * n * 4 B per iteration: read b, read c, write a (no write-allocate counted)",
         "timing": f"median of {t_kernel['repeats']} samples of {t_kernel['iters']} launches between cudaEvents "
-                  f"after {t_kernel['warmup']} warm-up launches and {cal_calls} calibration launches; "
-                  f"torch.add(b, c, alpha=s, out=a) the same way ({t_torch['repeats']} x {t_torch['iters']})",
+                  f"after {t_kernel['warmup']} warm-up launches and {t_kernel['calibration_calls']} calibration "
+                  f"launches; torch.add(b, c, alpha=s, out=a) the same way ({t_torch['repeats']} x "
+                  f"{t_torch['iters']})",
         "nvcc": nvcc, "nvcc_version": nvcc_ver, "nvcc_flags": build["flags"], "nvcc_arch": build["arch"],
         "compile_seconds": build["seconds"], "stream": "torch.cuda.current_stream()",
     }
     details.update(budget.details())
-    if c["inject_error"]:
-        details["inject_error"] = True
-    if any_failed:
+    if ctx.all_reduce([0.0 if ok_here else 1.0], "max")[0] > 0:
         details["failed_on_some_rank"] = True
         cleanup(ctx, build)
         LOG.check_failed(details)
 
-    metrics = {
-        "triad_gbs_min": {"value": gbs_worst, "unit": "GB/s"},
-        "triad_gbs_max": {"value": gbs_best, "unit": "GB/s"},
-        "time_ms": {"value": t_med * 1e3, "unit": "ms"},
-        "torch_triad_gbs": {"value": torch_gbs, "unit": "GB/s"},
-        "triad_vs_torch": {"value": gbs / torch_gbs, "unit": "ratio"},
-    }
-    if ctx.world_size > 1:
-        metrics["triad_gbs_total"] = {"value": total_gbs, "unit": "GB/s"}
-    peak, entry = harness.peak_for(cfg, "mem_bw_gbs", env["device_name"])
-    if peak:
-        metrics["pct_of_peak_mem_bw"] = {"value": 100.0 * gbs / peak, "unit": "%"}
-        metrics["torch_pct_of_peak_mem_bw"] = {"value": 100.0 * torch_gbs / peak, "unit": "%"}
-        details["peak"] = {"key": "mem_bw_gbs", "entry": entry, "value_gbs": peak}
-    else:
-        details["peak"] = f"no mem_bw_gbs entry in vendor_peaks matches {env['device_name']!r}"
+    metrics, details["peak"] = triad_metrics(cfg, bytes_per_iter, t_kernel, t_torch, total_gbs, ctx.world_size,
+                                             env["device_name"])
     details["per_rank"] = {"metric": "triad_gbs", "values": per_rank}
     ctx.destroy()
     cleanup(ctx, build)

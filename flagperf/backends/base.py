@@ -21,6 +21,7 @@ import abc
 import logging
 from typing import ClassVar
 
+from flagperf.backends.options import HostSpec
 from flagperf.hosts.base import Process
 
 
@@ -39,8 +40,9 @@ class BackendError(Exception):
         self.last_lines = list(last_lines)
 
 
-# A node launcher or monitor started by a backend: wait(timeout) -> exit code | None, signal(sig), pid. The
-# transports' Process is that interface; a backend of another kind (a scheduler's job step) implements it too.
+# A node launcher or monitor started by a backend: wait(timeout) -> exit code | None, signal(sig), pid, and
+# ``scheduler_end`` (None, or (WaitEnd value, why) when a scheduler ended the node's job). The transports' Process
+# is that interface; a backend of another kind (a scheduler's job step) implements it too.
 NodeProcess = Process
 
 
@@ -124,6 +126,24 @@ class Backend(abc.ABC):
     def describe(self, node) -> list:
         """Lines for ``--dry-run``: what this backend will do for the node, beyond the plan itself."""
         return []
+
+    def run_record_fields(self, hosts) -> dict:
+        """This backend's keys of run.json (merged at its top level): what :meth:`hosts_from_record` needs to
+        reach the hosts again for `flagperf collect`."""
+        return {"hosts": [{"HOST": h.address, "PYTHON": h.python, "FLAGPERF_PATH": h.flagperf_path} for h in hosts]}
+
+    @classmethod
+    def collector(cls, record: dict, log: logging.Logger, *, accept_new_host_keys: bool = False) -> "Backend":
+        """A backend that connects to the hosts of an earlier run's run.json and collects from them (`flagperf
+        collect`); BackendError says why this backend cannot."""
+        raise BackendError(f"a SCHEDULER {cls.name} run: flagperf collect cannot reach its hosts after the run")
+
+    @classmethod
+    def hosts_from_record(cls, record: dict) -> list:
+        """The hosts of a run.json this backend wrote (:meth:`run_record_fields`); KeyError, TypeError when an
+        entry is incomplete."""
+        return [HostSpec(h["HOST"], None, None, None, h.get("PYTHON") or "python3", h.get("FLAGPERF_PATH") or "")
+                for h in record["hosts"]]
 
     def close(self) -> None:
         """Close every connection."""

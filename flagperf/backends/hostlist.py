@@ -14,10 +14,14 @@ import shlex
 from pathlib import PurePosixPath
 
 from flagperf.backends.base import HEARTBEAT_TIMEOUT_S, Backend, BackendError
+from flagperf.backends.hostlist_options import HostListOptions, host_fields, host_from_fields
+from flagperf.caselaunch import needs_deploy
 from flagperf.checks import CONTRACT_FILE, HostCheck, failed, interpret_probe, probe_failure, unique_hosts
-from flagperf.deploy import case_trees, deploy_host, local_manifest, needs_deploy
+from flagperf.config import ClusterConfig
+from flagperf.deploy import case_trees, deploy_host, local_manifest
 from flagperf.hosts import HostError, open_transport
 from flagperf.hosts.fanout import fan_out
+from flagperf.images import ImageError
 from flagperf.plan import each_hosts, each_port, host_result_root
 from flagperf.runtimes import get_runtime
 
@@ -35,23 +39,46 @@ class HostListBackend(Backend):
 
     def __init__(self, config, log, *, accept_new_host_keys: bool = False):
         super().__init__(config, log, accept_new_host_keys=accept_new_host_keys)
+        options = config.cluster.options
+        if not isinstance(options, HostListOptions):
+            raise BackendError(f"SCHEDULER ssh: the cluster config's options are {type(options).__name__}, not "
+                               f"HostListOptions")
         self.runtime = get_runtime(config.test.runtime, config)
+        self.options: HostListOptions = options
+        self.cluster: ClusterConfig = config.cluster
+        self.collect_max_bytes: int | None = config.test.collect_max_bytes
         self.transports: dict = {}
+
+    @classmethod
+    def collector(cls, record: dict, log, *, accept_new_host_keys: bool = False) -> "HostListBackend":
+        """A backend that connects to the hosts of an earlier run's run.json and collects from them (nothing
+        else: it has no config)."""
+        hosts = tuple(cls.hosts_from_record(record))
+        options = HostListOptions(hosts=hosts, known_hosts=str(record.get("known_hosts") or ""))
+        self = cls.__new__(cls)
+        Backend.__init__(self, None, log, accept_new_host_keys=accept_new_host_keys)
+        self.runtime = get_runtime("bare")
+        self.options = options
+        self.cluster = ClusterConfig(None, hosts, 0, cls.name, options)
+        self.collect_max_bytes = None
+        self.transports = {}
+        return self
 
     # -- hosts ----------------------------------------------------------------------------------------------
     def connect(self, hosts) -> list:
         todo = [h for h in unique_hosts(hosts) if h.address not in self.transports]
-        outcomes = fan_out(todo, lambda h: open_transport(h, self.config.cluster,
+        outcomes = fan_out(todo, lambda h: open_transport(h, self.cluster,
                                                           accept_new_host_keys=self.accept_new_host_keys),
                            deadline_s=CONNECT_DEADLINE_S, max_workers=MAX_PARALLEL)
         failures = []
         for o in outcomes:
             if o.ok:
                 self.transports[o.key.address] = o.value
-            elif "no answer within" in o.error:
+            elif o.timed_out:
                 failures.append(failed(o.key.address, "timeout", o.error))
             else:
-                failures.append(failed(o.key.address, getattr(o.exc, "kind", "error"), o.error))
+                failures.append(failed(o.key.address, o.exc.kind if isinstance(o.exc, HostError) else "error",
+                                       o.error))
         return failures
 
     def deploy(self, hosts) -> list:
@@ -69,7 +96,7 @@ class HostListBackend(Backend):
         todo = [h for h in unique_hosts(hosts) if h.address in self.transports]
         outcomes = fan_out(todo, lambda h: self._probe_one(h, need.get(h.address, 0), probe_source),
                            deadline_s=PROBE_TIMEOUT_S * 2, max_workers=MAX_PARALLEL)
-        return [o.value if o.ok else failed(o.key.address, "timeout" if "no answer" in o.error else "error", o.error)
+        return [o.value if o.ok else failed(o.key.address, "timeout" if o.timed_out else "error", o.error)
                 for o in outcomes]
 
     def _probe_one(self, host, need: int, probe_source: str) -> HostCheck:
@@ -79,11 +106,11 @@ class HostListBackend(Backend):
         result_root = str(host_result_root(host, self.config))
         argv = [host.python, "-c", probe_source, "--path", fp, "--path", launcher_dir, "--path", result_root,
                 "--path", str(PurePosixPath(fp) / CONTRACT_FILE), "--flagperf-path", fp, "--accel", vendor.gpu_monitor]
-        if getattr(vendor, "torch_plugin", None):
+        if vendor.torch_plugin:
             argv += ["--torch-plugin", vendor.torch_plugin]
         if host.address == self.config.cluster.hosts[0].address:     # node 0: where rank 0 listens
             argv += ["--port", str(self.config.cluster.master_port)]
-        elif any(getattr(c, "each", False) for c in self.config.test.cases):    # each: every host's rank 0 listens
+        elif any(c.each for c in self.config.test.cases):    # each: every host's rank 0 listens
             order = [h.address for h in each_hosts(self.config)]
             argv += ["--port", str(each_port(self.config, order.index(host.address)))]
         try:
@@ -92,7 +119,8 @@ class HostListBackend(Backend):
             return probe_failure(host.address, host.python, exc.kind, str(exc))
         return interpret_probe(host.address, host.python, r.returncode, r.stdout, r.stderr, fp=fp,
                                launcher_dir=launcher_dir, result_root=result_root, need=need, vendor=vendor,
-                               runtime=self.config.test.runtime)
+                               runtime=self.config.test.runtime,
+                               in_container=self.config.test.runtime in self.options.container_runtimes)
 
     # -- a case ---------------------------------------------------------------------------------------------
     def prepare_case(self, case) -> None:
@@ -101,7 +129,8 @@ class HostListBackend(Backend):
         except BackendError:
             raise
         except Exception as exc:  # noqa: BLE001 - images, daemons, APIs: each failure fails this case only
-            raise BackendError(str(exc) or type(exc).__name__, getattr(exc, "last_lines", ())) from exc
+            raise BackendError(str(exc) or type(exc).__name__, exc.last_lines if isinstance(exc, ImageError) else ()) \
+                from exc
 
     # -- a round --------------------------------------------------------------------------------------------
     def _transport(self, node):
@@ -166,8 +195,7 @@ class HostListBackend(Backend):
 
     def collect(self, node) -> tuple:
         """(files, bytes) fetched; the FetchResult also says what was left on the host or refused (``notes``)."""
-        return self._transport(node).fetch_tree(node.node_dir, node.local_dir,
-                                                max_bytes=self.config.test.collect_max_bytes)
+        return self._transport(node).fetch_tree(node.node_dir, node.local_dir, max_bytes=self.collect_max_bytes)
 
     # -- housekeeping ---------------------------------------------------------------------------------------
     def clean(self, hosts, run_id=None) -> dict:
@@ -175,6 +203,13 @@ class HostListBackend(Backend):
                      if h.address in self.transports}
         # Containers are what runs leave behind; they are looked for whatever RUNTIME the config has now.
         return get_runtime("docker", self.config).clean(connected, run_id)
+
+    def run_record_fields(self, hosts) -> dict:
+        return {"known_hosts": self.options.known_hosts, "hosts": [host_fields(h) for h in hosts]}
+
+    @classmethod
+    def hosts_from_record(cls, record: dict) -> list:
+        return [host_from_fields(h) for h in record["hosts"]]
 
     def describe(self, node) -> list:
         lines = []

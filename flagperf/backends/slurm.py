@@ -20,23 +20,34 @@ or the batch script's record in the job's comment (node-local results); rank exi
 from __future__ import annotations
 
 import dataclasses
+import getpass
 import json
 import os
 import shlex
 import signal
+import stat
 import subprocess
 import threading
 import time
 from pathlib import Path, PurePosixPath
 
 from flagperf.backends.base import Backend, BackendError
-from flagperf.backends.slurm_config import CONTAINER_RUNTIMES, TOKEN, derived_port, parse_time, token_hosts
+from flagperf.backends.options import LOCALHOST, HostSpec
+from flagperf.backends.slurm_config import (CONTAINER_RUNTIMES, TOKEN, SlurmOptions, derived_port, parse_time,
+                                            token_hosts)
 from flagperf.backends.slurm_script import (COMMENT_DONE, COMMENT_LAUNCHERS, SQUEUE_FORMAT, STEP_LAUNCHER,
                                             STEP_MONITOR, JobInfo, batch_script, ch_run_argv, gres_gpus,
                                             parse_partitions, parse_sbatch, parse_sinfo_nodes, parse_squeue,
                                             parse_steps, pyxis_options, sbatch_argv, scheduler_end, specs_document,
                                             specs_json, substitute, time_limit_seconds, usable_state)
+from flagperf.caselaunch import needs_deploy
 from flagperf.checks import HostCheck
+from flagperf.deploy import case_trees, deploy_host, local_manifest
+from flagperf.hosts.fanout import fan_out
+from flagperf.hosts.local import LocalTransport
+from flagperf.hosts.treesync import (COLLECT_LISTING_MAX_BYTES, FetchResult, parse_listing, plan_fetch, report_fetch,
+                                     safe_extract)
+from flagperf.plan import build_plan
 from flagperf_contract import LAUNCHER_LOG, MONITOR_OUTPUT, LaunchSpec
 
 POLL_S = 0.5                # how often squeue is asked about the running jobs
@@ -107,10 +118,13 @@ class SlurmBackend(Backend):
 
     def __init__(self, config, log, *, accept_new_host_keys: bool = False):
         super().__init__(config, log, accept_new_host_keys=accept_new_host_keys)
-        self.opts = config.cluster.options
+        opts = config.cluster.options
+        if not isinstance(opts, SlurmOptions):
+            raise BackendError(f"SCHEDULER slurm: the cluster config's options are {type(opts).__name__}, not "
+                               f"SlurmOptions")
+        self.opts: SlurmOptions = opts
         self.env = dict(os.environ)
         if not self.env.get("USER"):        # ch-run needs it, and so do some job prologs
-            import getpass
             self.env["USER"] = getpass.getuser()
         if self.opts.conf:
             self.env["SLURM_CONF"] = self.opts.conf
@@ -126,6 +140,11 @@ class SlurmBackend(Backend):
         self.unschedulable: dict = {}       # case name -> why its jobs cannot start
         self.poller: threading.Thread | None = None
         self.closed = False
+
+    @classmethod
+    def collector(cls, record: dict, log, *, accept_new_host_keys: bool = False) -> Backend:
+        raise BackendError(f"a SCHEDULER {cls.name} run: its nodes can be reached only inside its jobs, which copied "
+                           f"the node directories back while it ran (docs/slurm.md)")
 
     # -- slurm commands ---------------------------------------------------------------------------------------
     def _run(self, argv, timeout: float = CMD_TIMEOUT_S, *, quiet: bool = False,
@@ -191,10 +210,6 @@ class SlurmBackend(Backend):
     def deploy(self, hosts) -> list:
         """FLAGPERF_PATH must be a folder every node sees: the tree is synced there from this machine (nothing to
         do when it is the driver's own tree)."""
-        from flagperf.config import LOCALHOST, HostSpec
-        from flagperf.deploy import case_trees, deploy_host, local_manifest, needs_deploy
-        from flagperf.hosts.fanout import fan_out
-        from flagperf.hosts.local import LocalTransport
         if self.connect_problem is not None:
             return []
         root = self.config.source_root
@@ -273,7 +288,6 @@ class SlurmBackend(Backend):
 
     def _template_probe(self):
         """A node of the first case's first round, for the paths a container binds (None: no case)."""
-        from flagperf.plan import build_plan
         try:
             plan = build_plan(self.config, "run-check")
         except Exception:  # noqa: BLE001 - a plan that cannot be built is reported by `run`
@@ -286,8 +300,7 @@ class SlurmBackend(Backend):
 
     def _nodes_needed(self) -> int:
         cases = self.config.test.cases
-        return max([c.nnodes for c in cases if not getattr(c, "each", False)] +
-                   [1 if any(getattr(c, "each", False) for c in cases) else 0])
+        return max([c.nnodes for c in cases if not c.each] + [1 if any(c.each for c in cases) else 0])
 
     def _gpu_check(self, usable, need: int) -> HostCheck:
         counts = [gres_gpus(g) for _, _, g in usable]
@@ -350,8 +363,8 @@ class SlurmBackend(Backend):
         SLURM_GPUS_PER_NODE) count for nproc auto."""
         usable = tuple(n for n, s, _ in self.nodes if usable_state(s))
         cases = config.test.cases
-        count = max([c.nnodes for c in cases if not getattr(c, "each", False)] + [1])
-        if any(getattr(c, "each", False) for c in cases) and usable:
+        count = max([c.nnodes for c in cases if not c.each] + [1])
+        if any(c.each for c in cases) and usable:
             self.each_nodes = usable
             count = max(count, len(usable))
         hosts = token_hosts(count, self.opts.python, config.test.flagperf_path)
@@ -376,7 +389,7 @@ class SlurmBackend(Backend):
             self.round_jobs = []
             self.failed_nodes.clear()
         nodes = list(rnd.nodes)
-        if not getattr(case.case, "each", False):
+        if not case.case.each:
             job = self._submit(case, rnd, [self._template(n) for n in nodes], None, None)
             self.round_jobs.append(job)
             self._await_start(case, each=False)
@@ -447,10 +460,10 @@ class SlurmBackend(Backend):
         """Write the node specs and the batch script, sbatch it; the _Job."""
         job_dir = rnd.local_dir / ("slurm" if index is None else f"slurm-{index}")
         tokens = {} if pin is not None else {n.host.address: i for i, n in enumerate(nodes)}
-        port = int(nodes[0].launch.env.get("MASTER_PORT", "0")) if self.opts.derived_port else None
+        port = nodes[0].master_port if self.opts.derived_port else None
         doc = specs_document([_node_spec(n) for n in nodes], tokens, port_placeholder=port, exit_file=EXIT_FILE,
                              out_file=NODE_OUTPUT, monitor_out_file=MONITOR_OUTPUT)
-        script, argv = self._job_files(case.name, rnd.index, nodes, job_dir, doc, pin)
+        script, argv = self._job_files(case.name, rnd.index, nodes, job_dir, doc, pin, case.timeout_s)
         try:
             job_dir.mkdir(parents=True, exist_ok=True)
             if self.opts.shared_fs:
@@ -478,8 +491,9 @@ class SlurmBackend(Backend):
         self._ensure_poller()
         return job
 
-    def _job_files(self, case_name: str, round_index: int, nodes, job_dir: Path, doc: dict, pin) -> tuple:
-        """(batch script, sbatch argv) of one job."""
+    def _job_files(self, case_name: str, round_index: int, nodes, job_dir: Path, doc: dict, pin,
+                   timeout_s: float) -> tuple:
+        """(batch script, sbatch argv) of one job; ``timeout_s``: the case's CASE_TIMEOUT."""
         fp = PurePosixPath(self.config.test.flagperf_path)
         run_id = nodes[0].launch.env.get("FLAGPERF_RUN_ID", "")
         title = f"flagperf {run_id} {case_name} round {round_index}" + (f", node {pin}" if pin else "")
@@ -498,7 +512,7 @@ class SlurmBackend(Backend):
                                   inline_specs=specs_json(doc), hold_s=HOLD_S, **extra)
             output = "/dev/null"
         argv = sbatch_argv(self.opts, nnodes=len(nodes), job_name=job_name(run_id, case_name, round_index),
-                           time=self.opts.sbatch_time(self.config.test.case_timeout), output=output, chdir=str(fp),
+                           time=self.opts.sbatch_time(timeout_s), output=output, chdir=str(fp),
                            script=str(job_dir / SCRIPT_FILE), nodelist=pin)
         return script, argv
 
@@ -543,8 +557,7 @@ class SlurmBackend(Backend):
                 raise BackendError(f"Slurm job {job.job_id} got {len(hosts)} node(s) ({info.nodelist}), "
                                    f"{len(job.nodes)} were asked for")
             table = {n.host.address: hosts[i] for i, n in enumerate(job.nodes) if n.host.address.startswith("{")}
-            port = (job.nodes[0].launch.env["MASTER_PORT"], str(derived_port(job.job_id))) \
-                if self.opts.derived_port else None
+            port = (str(job.nodes[0].master_port), str(derived_port(job.job_id))) if self.opts.derived_port else None
             bound = [self._bind(n, table, port) for n in job.nodes]
             with self.cond:
                 job.hosts = hosts
@@ -578,7 +591,6 @@ class SlurmBackend(Backend):
     def collect(self, node) -> tuple:
         """Shared results: the nodes wrote into the run directory itself. Node-local results: copied back with
         two steps in the job (a listing, then one tar stream, unpacked by the safe extractor)."""
-        from flagperf.hosts.treesync import FetchResult
         if self.opts.shared_fs:
             return FetchResult(0, 0)
         job = self.job_of.get(node.label)
@@ -590,8 +602,6 @@ class SlurmBackend(Backend):
         return self._fetch(job, node)
 
     def _fetch(self, job: _Job, node):
-        from flagperf.hosts.treesync import (COLLECT_LISTING_MAX_BYTES, FetchResult, parse_listing, plan_fetch,
-                                             report_fetch, safe_extract)
         limit = self.config.test.collect_max_bytes
         base = ["srun", f"--jobid={job.job_id}", "--overlap", "--nodes=1", "--ntasks=1",
                 f"--nodelist={node.host.address}", "--job-name=flagperf-collect", "--quiet"]
@@ -762,7 +772,6 @@ class SlurmBackend(Backend):
     # -- housekeeping --------------------------------------------------------------------------------------------
     def clean(self, hosts, run_id=None) -> dict:
         """`flagperf clean`: cancel this user's flagperf jobs (of one run with --run) still in the queue."""
-        import getpass
         try:
             cp = self._run(["squeue", "-h", "-u", getpass.getuser(), "-o", "%i|%j"])
         except BackendError as exc:
@@ -793,11 +802,12 @@ class SlurmBackend(Backend):
                               for i in range(1, node.launch.nnodes)]
         job_dir = node.local_dir.parent / ("slurm" if index is None else f"slurm-{index}")
         tokens = {} if each else {n.host.address: i for i, n in enumerate(nodes)}
-        port = int(node.launch.env.get("MASTER_PORT", "0")) if self.opts.derived_port else None
+        port = node.master_port if self.opts.derived_port else None
         doc = specs_document([_node_spec(self._template(n)) for n in nodes], tokens, port_placeholder=port,
                              exit_file=EXIT_FILE, out_file=NODE_OUTPUT, monitor_out_file=MONITOR_OUTPUT)
         pin = f"<usable node {index} of the partition>" if each else None
-        script, argv = self._job_files(node.launch.case_name, node.launch.round, nodes, job_dir, doc, pin)
+        script, argv = self._job_files(node.launch.case_name, node.launch.round, nodes, job_dir, doc, pin,
+                                       self.config.test.case_timeout)
         lines = [f"slurm: one job {'for this node' if each else 'for the round'}, submitted when the round starts "
                  f"(host names in {{slurm-node<k>}} are filled in when it runs"
                  + (f"; MASTER_PORT {port} becomes {derived_port(0)} + job id % 10000" if port else "") + "):",
@@ -959,7 +969,6 @@ def _read_exit(path: Path) -> int | None:
     except OSError:
         return None
     try:
-        import stat
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             return None
         data = os.read(fd, MAX_EXIT_FILE_BYTES)

@@ -3,6 +3,9 @@
 Light on purpose (dataclasses and regular expressions): ``flagperf.config`` calls :func:`load_options` through
 the backend registry without importing the backend itself. Every problem is one line naming the file, the
 line, the key and what was expected, like every other key.
+
+The MASTER_PORT scheme of a job (:func:`derived_port`) has a copy in ``launcher/slurm_node.py``, which runs on
+the nodes without flagperf; tests/unit/test_slurm.py keeps the two equal.
 """
 
 from __future__ import annotations
@@ -12,6 +15,9 @@ import os
 import re
 from dataclasses import dataclass
 from typing import ClassVar
+
+from flagperf.backends.options import BackendOptions, HostSpec
+from flagperf.checker import resolve
 
 SLURM_KEYS = ("SLURM_PARTITION", "SLURM_ACCOUNT", "SLURM_QOS", "SLURM_TIME", "SLURM_GPUS_PER_NODE",
               "SLURM_EXCLUSIVE", "SLURM_ARGS", "SLURM_CONF", "SLURM_PENDING_TIMEOUT", "SLURM_SHARED_FS",
@@ -46,7 +52,7 @@ _NAME = re.compile(r"[A-Za-z0-9_.+-]{1,128}")
 
 
 @dataclass(frozen=True)
-class SlurmOptions:
+class SlurmOptions(BackendOptions):
     """The SLURM_* keys of a cluster config (docs/configuration.md, docs/slurm.md)."""
 
     partition: str | None = None
@@ -67,10 +73,9 @@ class SlurmOptions:
 
     placeholder_port: ClassVar[int] = PLACEHOLDER_PORT     # the plan's MASTER_PORT while derived_port
 
-    @property
-    def results_shared(self) -> bool:
-        """The nodes write the node directories straight into the driver's FLAGPERF_LOG_PATH."""
-        return self.shared_fs
+    def __post_init__(self):
+        # SLURM_SHARED_FS: the nodes write the node directories straight into the driver's FLAGPERF_LOG_PATH
+        object.__setattr__(self, "results_on_driver", self.shared_fs)
 
     def runtime_problem(self, runtime: str) -> str | None:
         """Why RUNTIME cannot be used with these keys (None: it can)."""
@@ -85,8 +90,17 @@ class SlurmOptions:
 
     def placeholder_hosts(self, cases, flagperf_path: str) -> tuple:
         """The plan's nodes until Slurm allocates them: one per node of the largest case."""
-        count = max([c.nnodes for c in cases if not getattr(c, "each", False)] + [1])
+        count = max([c.nnodes for c in cases if not c.each] + [1])
         return token_hosts(count, self.python, flagperf_path)
+
+    def plan_master_port(self, port: int) -> int:
+        return PLACEHOLDER_PORT if self.derived_port else port
+
+    def plan_hosts(self, cases, flagperf_path: str) -> tuple:
+        return self.placeholder_hosts(cases, flagperf_path)
+
+    def master_address(self, host: HostSpec) -> str:
+        return host.address         # a placeholder until the job runs; the node's host name then
 
     def sbatch_time(self, case_timeout: float) -> str:
         """--time of every job: SLURM_TIME, else CASE_TIMEOUT plus a margin, in whole minutes."""
@@ -106,7 +120,6 @@ class SlurmOptions:
 
 
 def token_hosts(count: int, python: str, flagperf_path: str) -> tuple:
-    from flagperf.config import HostSpec
     return tuple(HostSpec(TOKEN % i, None, None, None, python, flagperf_path) for i in range(count))
 
 
@@ -143,8 +156,7 @@ def parse_time(value) -> int | None:
 
 def load_options(ck, data) -> SlurmOptions:
     """Validate the SLURM_* keys (and PYTHON, MASTER_PORT as Slurm reads them) of one cluster config;
-    problems go to ``ck`` (flagperf.config._Checker)."""
-    from flagperf.config import resolve
+    problems go to ``ck`` (flagperf.checker.Checker)."""
     opts: dict = {}
     for key, attr in (("SLURM_PARTITION", "partition"), ("SLURM_ACCOUNT", "account"), ("SLURM_QOS", "qos")):
         value = ck.get(data, key, str, None)

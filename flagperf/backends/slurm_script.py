@@ -16,6 +16,8 @@ import re
 import shlex
 from dataclasses import dataclass
 
+from flagperf.backends.slurm_config import parse_time
+
 SPECS_SCHEMA = "flagperf.slurm-nodes/1"
 STEP_LAUNCHER = "flagperf-launcher"
 STEP_MONITOR = "flagperf-monitor"
@@ -268,7 +270,6 @@ def gres_gpus(gres: str) -> int | None:
 
 def time_limit_seconds(value: str) -> int | None:
     """Seconds of a partition's MaxTime (UNLIMITED, INFINITE, D-HH:MM:SS, HH:MM:SS, minutes); None: no limit."""
-    from flagperf.backends.slurm_config import parse_time
     if not value or value.upper() in ("UNLIMITED", "INFINITE", "NONE"):
         return None
     return parse_time(value)

@@ -18,6 +18,14 @@ class HostError(Exception):
         self.kind = kind
 
 
+class MissingPath(HostError):
+    """The folder or file asked for does not exist on the host (a node directory of a round that never started
+    there)."""
+
+    def __init__(self, message: str):
+        super().__init__(message, "command_failed")
+
+
 @dataclass(frozen=True)
 class CommandResult:
     argv: tuple
@@ -32,7 +40,11 @@ class CommandResult:
 
 
 class Process(abc.ABC):
-    """A process started on a host with Transport.spawn."""
+    """A process started on a host with Transport.spawn (and a backend's NodeProcess)."""
+
+    # (WaitEnd value, why) when a scheduler ended the node's job itself (its time limit, a lost node): the round
+    # then ends that way. None for a process that ended by itself, and for every process of a transport.
+    scheduler_end: tuple | None = None
 
     @abc.abstractmethod
     def wait(self, timeout: float | None = None) -> int | None:

@@ -16,6 +16,8 @@ class Outcome:
     error: str = ""
     duration_s: float = 0.0
     exc: BaseException | None = None
+    timed_out: bool = False     # still running at the deadline (error: "no answer within ...")
+    cancelled: bool = False     # still running when ``stop`` said so (error: CANCELLED)
 
 
 CANCELLED = "cancelled: the run was interrupted"
@@ -77,9 +79,10 @@ def fan_out(items, fn: Callable, *, deadline_s: float, max_workers: int = 32,
         expired.set()
     if fatal:
         raise fatal[0]
-    if cancel_at is not None:
+    cancelled = cancel_at is not None
+    if cancelled:
         missing, took = CANCELLED, time.monotonic() - t0
     else:
         missing, took = f"no answer within {deadline_s:g} s", deadline_s
-    return [snapshot.get(i) or Outcome(item, False, None, missing, took)
+    return [snapshot.get(i) or Outcome(item, False, None, missing, took, timed_out=not cancelled, cancelled=cancelled)
             for i, item in enumerate(items)]

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import time
 from pathlib import Path
 
-from flagperf.hosts.base import CommandResult, HostError, Process, Transport
+from flagperf.hosts.base import CommandResult, HostError, MissingPath, Process, Transport
 from flagperf.hosts.treesync import COLLECT_MAX_BYTES, FetchResult, local_hashes, report_fetch, safe_copy_tree
+from flagperf_contract import write_atomic
 
 
 class LocalProcess(Process):
@@ -65,9 +65,7 @@ class LocalTransport(Transport):
     def write_file(self, path, data):
         p = Path(path)
         p.parent.mkdir(parents=True, exist_ok=True)
-        tmp = p.with_name(p.name + ".tmp")
-        tmp.write_bytes(data)
-        os.replace(tmp, p)
+        write_atomic(p, data)
 
     def read_file(self, path):
         try:
@@ -82,7 +80,7 @@ class LocalTransport(Transport):
         if src == dst:
             return FetchResult(0, 0)          # the host writes straight into the driver's tree
         if not src.is_dir():
-            raise HostError(f"{self.name}: {src} does not exist", "command_failed")
+            raise MissingPath(f"{self.name}: {src} does not exist")
         limit = COLLECT_MAX_BYTES if max_bytes is None else int(max_bytes)
         result = safe_copy_tree(src, dst, limit)
         report_fetch(result, f"{self.name}: {src}", dst)

@@ -21,7 +21,8 @@ import threading
 import time
 from pathlib import Path
 
-from flagperf.hosts.base import CommandResult, HostError, Process, Transport
+from flagperf.backends.hostlist_options import ssh_config_lookup
+from flagperf.hosts.base import CommandResult, HostError, MissingPath, Process, Transport
 from flagperf.hosts.treesync import (
     COLLECT_LISTING_MAX_BYTES,
     COLLECT_MAX_BYTES,
@@ -33,7 +34,6 @@ from flagperf.hosts.treesync import (
     safe_extract,
     write_tar,
 )
-from flagperf.sshconfig import resolved_address, ssh_config_lookup  # noqa: F401 (resolved_address re-exported)
 
 CONNECT_TIMEOUT_S = 10.0
 KEEPALIVE_S = 15
@@ -244,6 +244,8 @@ class SSHTransport(Transport):
         r = self._run(["sh", "-c", '[ -d "$1" ] || { echo "$1 does not exist" >&2; exit 3; }; '
                        'cd "$1" && find . -type f -printf "%s %P\\0"', "list", remote_dir], 120, None, binary=True,
                       max_stdout=COLLECT_LISTING_MAX_BYTES)
+        if r.returncode == 3:       # the test above: no such folder
+            raise MissingPath(f"{self.where}: cannot list {remote_dir}: {r.stderr.strip()}")
         if not r.ok:
             raise HostError(f"{self.where}: cannot list {remote_dir}: {r.stderr.strip()}", "command_failed")
         listing, skipped = parse_listing(r.stdout)

@@ -1,4 +1,4 @@
-"""Helpers shared by transports for moving trees: hashing, tar streams, safe extraction. Stdlib only."""
+"""Helpers shared by transports for moving trees: hashing, tar streams, safe extraction (the standard library)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,8 @@ import os
 import stat
 import tarfile
 from pathlib import Path
+
+from flagperf.backends.options import COLLECT_MAX_BYTES  # noqa: F401 (per node directory; the config key overrides it)
 
 # Sent to the host as `python -c HASH_SCRIPT ROOT [SUBDIR ...]`: prints {relpath: sha256} of every file under
 # ROOT (or under its given subfolders), relative to ROOT.
@@ -96,7 +98,6 @@ def missing_locally(remote_listing: dict, local_dir) -> list:
 # stream. Collect therefore creates only regular files and directories under the destination node directory,
 # never follows a symlink there, never creates a link, device, FIFO or socket, and fetches at most
 # COLLECT_MAX_BYTES per node directory (docs/results.md, "Collect").
-COLLECT_MAX_BYTES = 2 * 1024 ** 3          # per node directory; the config key COLLECT_MAX_BYTES overrides it
 COLLECT_LISTING_MAX_BYTES = 16 * 1024 ** 2  # the host's file listing (name and size per file)
 TAR_HEADER_MAX_BYTES = 1024 ** 2            # a PAX or GNU long-name header: more is not a listing of ours
 _CHUNK = 64 * 1024          # below malloc's mmap threshold: larger chunks are slower (page faults)

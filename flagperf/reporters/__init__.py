@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import importlib
 
-from flagperf.reporters.base import Reporter
+from flagperf.reporters.base import ReportOutcome, Reporter
 
 _REGISTRY: dict = {}
 
@@ -27,14 +27,14 @@ def file_reporters() -> list:
     return [r for r in (reporter(n) for n in _REGISTRY) if r.file_name]
 
 
-def write_reports(summary, run_dir) -> list:
-    """Write every file report of the run; [(reporter name, path or error text)]."""
+def write_reports(summary, run_dir) -> list[ReportOutcome]:
+    """Write every file report of the run, in registration order; one outcome each (its path, or the error)."""
     out = []
     for rep in file_reporters():
         try:
-            out.append((rep.name, rep.write(summary, run_dir)))
+            out.append(ReportOutcome(rep.name, rep.write(summary, run_dir), None))
         except OSError as exc:
-            out.append((rep.name, f"cannot write {rep.file_name}: {exc}"))
+            out.append(ReportOutcome(rep.name, None, f"cannot write {rep.file_name}: {exc}"))
     return out
 
 
@@ -42,4 +42,4 @@ register("terminal", "flagperf.reporters.terminal:TerminalReporter")
 register("markdown", "flagperf.reporters.markdown:MarkdownReporter")
 register("html", "flagperf.reporters.html:HtmlReporter")
 
-__all__ = ["Reporter", "file_reporters", "register", "reporter", "write_reports"]
+__all__ = ["ReportOutcome", "Reporter", "file_reporters", "register", "reporter", "write_reports"]

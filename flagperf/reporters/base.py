@@ -1,12 +1,26 @@
-"""The Reporter interface."""
+"""The Reporter interface, and what became of one report file (:class:`ReportOutcome`)."""
 
 from __future__ import annotations
 
-import os
+from dataclasses import dataclass
 from pathlib import Path
+
+from flagperf_contract import write_atomic
+
+
+@dataclass(frozen=True)
+class ReportOutcome:
+    """One file report of a run: the path it was written to, or (``path`` None) why it could not be."""
+
+    name: str                   # the reporter's registered name
+    path: Path | None
+    error: str | None
 
 
 class Reporter:
+    """One form of a :class:`~flagperf.results.summary.Summary`. A reporter reads the summary and the files it
+    names in the run directory, never the node directories."""
+
     name = "?"
     file_name: str | None = None      # the file written into the run directory; None: prints only
 
@@ -17,7 +31,5 @@ class Reporter:
     def write(self, summary, run_dir) -> Path:
         """Write the report into the run directory atomically; returns its path."""
         path = Path(run_dir) / str(self.file_name)
-        tmp = path.with_name(f".{path.name}.tmp.{os.getpid()}")
-        tmp.write_text(self.render(summary), encoding="utf-8")
-        os.replace(tmp, path)
+        write_atomic(path, self.render(summary))
         return path

@@ -5,6 +5,7 @@ from __future__ import annotations
 from rich.table import Table
 
 from flagperf.reporters.terminal import _num
+from flagperf.results.interpret import Status
 from flagperf.results.compare import (BASIS_P, CHANGED, IMPROVEMENT, INCOMPARABLE, NOISE, REGRESSION, TEST_NONE,
                                       UNCHANGED, Comparison)
 
@@ -44,7 +45,7 @@ def comparison_table(cmp: Comparison) -> Table:
     for i, case in enumerate(cmp.cases):
         if i:
             table.add_section()
-        statuses = "" if case.status_a == case.status_b == "passed" else f"A {case.status_a}, B {case.status_b}"
+        statuses = "" if case.status_a == case.status_b == Status.PASSED else f"A {case.status_a}, B {case.status_b}"
         table.add_row(f"[bold]{case.name}[/]", "", "", f"{case.rounds_passed_a}/{case.rounds_passed_b}", "", "",
                       "", statuses, f"[yellow]{case.note}[/]" if case.note else "")
         for m in case.metrics:

@@ -1,9 +1,11 @@
 """report.html: one self-contained page per run, with plots (plotly, its plotly.js embedded once, inline).
 
-Made from the summary and the node directories of the run directory (so ``flagperf report`` can make it again):
-the run's header, the case table with statuses and verdicts, per case the headline metric per round (with the
-reference line and band of a verdict), per round and node the monitor time series (CPU, memory, host power and
-every accelerator field) with the phases of the round marked, and the slow-node rankings. docs/results.md.
+Made from the summary and the monitor series it names (``series.json``, written once from the node directories by
+:mod:`flagperf.results.series`), so ``flagperf report`` can make it again: the run's header, the case table with
+statuses and verdicts, per case the headline metric per round (with the reference line and band of a verdict), per
+round and node the monitor time series (CPU, memory, host power and every accelerator field) with the phases of the
+round marked, and the slow-node rankings. A run without a readable series.json gets no monitor plots.
+docs/results.md.
 
 Nothing from a host is trusted: every text that came from a host (names, log lines, environment, reasons)
 is HTML-escaped, also where plotly draws it (plotly reads a small HTML subset in its labels); plotly's JSON
@@ -14,31 +16,25 @@ from __future__ import annotations
 
 import html
 import math
-import os
-import re
-from datetime import datetime
+import statistics
 from pathlib import Path
+from typing import Any, NamedTuple
 
+from flagperf.references import case_note, tolerance_text
 from flagperf.reporters.base import Reporter
-from flagperf.results.monitors import read_monitor_file, read_status
-from flagperf.results.perflog import read_records
-from flagperf_contract import HOST_SENSORS
+from flagperf.results.interpret import Status
+from flagperf.results.series import NodeSeries, load_series
+from flagperf_contract import write_atomic
 
-TOTAL_POINTS = 250_000          # monitor points in the whole page, over all traces (keeps the file small)
-MAX_TRACE_POINTS = 2_000        # at most this many points per monitor trace
-MIN_TRACE_POINTS = 200          # ... and at least this many when the page has many traces
 MAX_GPU_ROWS = 10               # accelerator fields plotted per node (known ones first)
-_GPU_FILE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*_monitor\.log\Z")
-_RANK_LOG = re.compile(r"rank(\d+)\.out\.log\Z")
 # Accelerator fields, in row order, with their labels; other numeric fields follow (throttle fields together).
 GPU_FIELDS = (("power_w", "power W"), ("sm_clock_mhz", "SM clock MHz"), ("mem_clock_mhz", "memory clock MHz"),
               ("util_pct", "util %"), ("mem_used_mib", "memory used MiB"), ("temp_c", "temperature °C"),
               ("energy_j", "energy J"))
-GPU_SKIP = ("gpu", "mem_total_mib")
 PHASES = (("INIT_START", "INIT_END", "#9ca3af"), ("RUN_START", "RUN_END", "#2ca02c"))   # shaded, in this color
-STATUS_COLORS = {"passed": "#1a7f37", "failed": "#cf222e", "error": "#cf222e", "timeout": "#cf222e",
-                 "below_reference": "#bc4c00", "skipped": "#9a6700", "interrupted": "#8250df",
-                 "not_run": "#6e7781"}
+STATUS_COLORS = {Status.PASSED: "#1a7f37", Status.FAILED: "#cf222e", Status.ERROR: "#cf222e",
+                 Status.TIMEOUT: "#cf222e", Status.BELOW_REFERENCE: "#bc4c00", Status.SKIPPED: "#9a6700",
+                 Status.INTERRUPTED: "#8250df", Status.NOT_RUN: "#6e7781"}
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
            "#17becf")
 PLOT_CONFIG = {"displaylogo": False, "responsive": True, "showSendToCloud": False,
@@ -53,6 +49,23 @@ AXIS = dict(showgrid=True, gridcolor="#e5e7eb", zeroline=False, linecolor="#9ca3
 
 class ReportError(OSError):
     """report.html could not be made (plotly missing, a figure that failed); write_reports reports it."""
+
+
+class _Plotly(NamedTuple):
+    go: Any                     # plotly.graph_objects
+    pio: Any                    # plotly.io
+    make_subplots: Any
+    plotlyjs: str               # plotly.js itself, embedded once in the page
+
+
+def _plotly() -> _Plotly:
+    """plotly, an optional dependency only this reporter needs: imported when a page is made, so that a missing
+    plotly is this report's ReportError, not an ImportError of every reporter."""
+    import plotly.graph_objects as go
+    import plotly.io as pio
+    from plotly.offline import get_plotlyjs
+    from plotly.subplots import make_subplots
+    return _Plotly(go, pio, make_subplots, get_plotlyjs())
 
 
 def esc(value) -> str:
@@ -90,50 +103,17 @@ def field_of(obj, *names, default=None):
     return default
 
 
-def status_text(status) -> str:
-    return str(getattr(status, "value", status) or "-")
+def status_text(status: Status) -> str:
+    return status.value
 
 
-def badge(status) -> str:
-    s = status_text(status)
-    return f'<span class="badge" style="background:{STATUS_COLORS.get(s, "#6e7781")}">{esc(s)}</span>'
-
-
-def epoch(iso) -> float | None:
-    """Seconds since the epoch of an ISO-8601 time with an offset; None for anything else."""
-    if not isinstance(iso, str):
-        return None
-    try:
-        t = datetime.fromisoformat(iso)
-    except ValueError:
-        return None
-    return t.timestamp() if t.tzinfo is not None else None
-
-
-def downsample(xs: list, ys: list, limit: int) -> tuple[list, list]:
-    """At most ``limit`` points: the minimum and the maximum of each bucket, in time order (spikes stay)."""
-    n = len(xs)
-    if n <= limit or limit < 4:
-        return xs, ys
-    size = math.ceil(n / (limit // 2))
-    ox, oy = [], []
-    for start in range(0, n, size):
-        idx = range(start, min(n, start + size))
-        lo = min(idx, key=lambda i: ys[i])
-        hi = max(idx, key=lambda i: ys[i])
-        for i in sorted({lo, hi}):
-            ox.append(xs[i])
-            oy.append(ys[i])
-    return ox, oy
-
-
-def _round_value(v):
-    return round(v, 3) if isinstance(v, float) else v
+def badge(status: Status) -> str:
+    return f'<span class="badge" style="background:{STATUS_COLORS.get(status, "#6e7781")}">{esc(status.value)}</span>'
 
 
 # ----------------------------------------------------------------------------------------------- verdicts
 def verdicts_of(case) -> list:
-    return list(getattr(case, "verdicts", None) or [])
+    return list(case.verdicts or [])
 
 
 def verdict_band(v) -> tuple:
@@ -167,112 +147,16 @@ def verdict_badge(v) -> str:
 
 def _tolerance_text(v) -> str:
     try:
-        from flagperf.references import tolerance_text
         return esc(tolerance_text(v))
-    except (ImportError, TypeError, ValueError):
+    except (TypeError, ValueError):
         return num(field_of(v, "tolerance"))
 
 
 def _case_note(verdicts) -> str:
     try:
-        from flagperf.references import case_note
         return esc(case_note(verdicts))
-    except (ImportError, TypeError, ValueError, AttributeError):
+    except (TypeError, ValueError, AttributeError):
         return ", ".join(esc(verdict_result(v)) for v in verdicts)
-
-
-# ------------------------------------------------------------------------------------------ node directories
-def node_dir_of(run_dir, rnd, node) -> Path | None:
-    """The node's directory inside the run directory; None for a name that would lead outside it."""
-    rel = Path(str(rnd.dir or "")) / str(node.node or "")
-    if rel.is_absolute() or ".." in rel.parts or not str(node.node or "").strip() or "/" in str(node.node):
-        return None
-    return Path(run_dir) / rel
-
-
-def _samples(path) -> list:
-    try:
-        return read_monitor_file(path)
-    except (OSError, ValueError):
-        return []
-
-
-def gpu_file_of(node_dir: Path) -> str | None:
-    status, _ = read_status(str(node_dir))
-    sensors = status.sensors if status else {}
-    name = sensors["gpu"].file if "gpu" in sensors and sensors["gpu"].available else None
-    if name and _GPU_FILE.match(name):
-        return name
-    try:
-        names = sorted(f for f in os.listdir(node_dir) if _GPU_FILE.match(f)
-                       and f[:-len("_monitor.log")] not in HOST_SENSORS)
-    except OSError:
-        return None
-    return names[0] if names else None
-
-
-def phases_of(node_dir: Path, node) -> dict:
-    """{event: epoch seconds} of the first INIT_START, INIT_END, RUN_START, RUN_END in the node's lowest rank
-    log (rank 0's on node 0)."""
-    ranks: list[int] = sorted(r["rank"] for r in node.ranks or [] if isinstance(r, dict)
-                              and isinstance(r.get("rank"), int) and not isinstance(r.get("rank"), bool))
-    if not ranks:
-        try:
-            ranks = sorted(int(m.group(1)) for m in map(_RANK_LOG.match, os.listdir(node_dir)) if m)
-        except OSError:
-            ranks = []
-    out: dict = {}
-    if not ranks:
-        return out
-    for rec in read_records(node_dir / f"rank{ranks[0]}.out.log"):
-        ev, t = rec.get("event"), _number(rec.get("time"))
-        if ev in ("INIT_START", "INIT_END", "RUN_START", "RUN_END") and t is not None and ev not in out:
-            out[ev] = float(t)
-    return out
-
-
-def read_node(run_dir, rnd, node) -> dict:
-    """What a node directory holds for the plots: series {(sensor, key, gpu): ([epoch], [value])}, phases,
-    the ranks' start and end, the vendor of the accelerator file."""
-    data: dict = {"series": {}, "phases": {}, "start": None, "end": None, "gpu_vendor": None}
-    starts = [epoch(r.get("started")) for r in node.ranks or [] if isinstance(r, dict)]
-    ends = [epoch(r.get("ended")) for r in node.ranks or [] if isinstance(r, dict)]
-    data["start"] = min((t for t in starts if t is not None), default=None)
-    data["end"] = max((t for t in ends if t is not None), default=None)
-    nd = node_dir_of(run_dir, rnd, node)
-    if nd is None or not nd.is_dir():
-        return data
-    series = data["series"]
-
-    def add(sensor, samples, keys, gpu=None):
-        for ts, values in samples:
-            t = ts.timestamp()
-            for key in keys:
-                v = _number(values.get(key))
-                if v is not None:
-                    xs, ys = series.setdefault((sensor, key, gpu), ([], []))
-                    xs.append(t)
-                    ys.append(v)
-
-    add("cpu", _samples(nd / "cpu_monitor.log"), ("util_pct",))
-    add("mem", _samples(nd / "mem_monitor.log"), ("used_mib",))
-    add("pwr", _samples(nd / "pwr_monitor.log"), ("power_w",))
-    gpu_file = gpu_file_of(nd)
-    if gpu_file:
-        data["gpu_vendor"] = gpu_file[:-len("_monitor.log")]
-        for ts, values in _samples(nd / gpu_file):
-            g = _number(values.get("gpu"))
-            if g is None:
-                continue
-            keys = [k for k in values if k not in GPU_SKIP]
-            add("gpu", [(ts, values)], keys, int(g))
-    for key, (xs, ys) in series.items():       # bounded at once: a long run's samples are not all kept
-        series[key] = downsample(xs, ys, MAX_TRACE_POINTS)
-    try:
-        data["phases"] = phases_of(nd, node)
-    except OSError:
-        pass
-    return data
 
 
 # ----------------------------------------------------------------------------------------------- the page
@@ -280,10 +164,16 @@ class HtmlReporter(Reporter):
     name = "html"
     file_name = "report.html"
 
+    def render(self, summary) -> str:
+        """The page of the summary, with the monitor series it names in its own run directory
+        (``summary.run_dir``)."""
+        return self.page(summary, load_series(summary, summary.run_dir or "."))
+
     def write(self, summary, run_dir) -> Path:
-        """Write report.html into the run directory atomically (temporary file + rename)."""
+        """Write report.html into ``run_dir`` atomically, with the monitor series the summary names there (a run
+        directory that was moved keeps its plots)."""
         try:
-            text = self.render(summary, run_dir)
+            text = self.page(summary, load_series(summary, run_dir))
         except ImportError as exc:
             raise ReportError(f"plotly is not installed ({exc}); pip install plotly") from None
         except OSError:
@@ -291,45 +181,31 @@ class HtmlReporter(Reporter):
         except Exception as exc:    # a report never fails a run: the error goes to the run log instead
             raise ReportError(f"cannot render: {type(exc).__name__}: {exc}") from exc
         path = Path(run_dir) / str(self.file_name)
-        tmp = path.with_name(f".{path.name}.tmp.{os.getpid()}")
-        try:
-            tmp.write_text(text, encoding="utf-8")
-            os.replace(tmp, path)
-        except OSError:
-            try:
-                tmp.unlink()
-            except OSError:
-                pass
-            raise
+        write_atomic(path, text)
         return path
 
-    def render(self, summary, run_dir=None) -> str:
-        from plotly.offline import get_plotlyjs
-
-        run_dir = Path(run_dir if run_dir is not None else summary.run_dir or ".")
+    def page(self, summary, series: dict | None) -> str:
+        """report.html of the summary; ``series`` ({(case key, round, node): NodeSeries}, from
+        :func:`~flagperf.results.series.load_series`) gives the monitor plots, None: a page without them."""
+        self._plt = _plotly()
         self._figures = 0
-        self.figures: list = []         # (div id, plotly figure) of the last render, in page order
-        nodes = {(ci, r.round, n.node): read_node(run_dir, r, n)
-                 for ci, c in enumerate(summary.cases) for r in c.rounds for n in r.nodes}
-        traces = sum(len(d["series"]) for d in nodes.values())
-        self._limit = max(MIN_TRACE_POINTS, min(MAX_TRACE_POINTS, TOTAL_POINTS // max(1, traces)))
+        self.figures: list = []         # (div id, plotly figure) of the last page, in page order
         body = self._header(summary) + self._cases_table(summary) + self._rankings(summary)
         for ci, case in enumerate(summary.cases):
-            body += self._case(ci, case, nodes)
+            body += self._case(ci, case, series or {})
         title = f"flagperf {summary.run_id}: {status_text(summary.status)}"
         return (f'<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
                 f'<meta http-equiv="Content-Security-Policy" content="{CSP}">\n'
                 f'<meta name="viewport" content="width=device-width, initial-scale=1">\n'
                 f'<title>{esc(title)}</title>\n<style>{STYLE}</style>\n'
                 f'<script>window.PlotlyConfig = {{MathJaxConfig: "local"}};</script>\n'
-                f'<script charset="utf-8">{get_plotlyjs()}</script>\n</head>\n<body>\n{body}'
+                f'<script charset="utf-8">{self._plt.plotlyjs}</script>\n</head>\n<body>\n{body}'
                 f'<footer>flagperf {esc(summary.flagperf_version)} &middot; {esc(summary.run_id)} &middot; '
                 f'{self._figures} plot(s)</footer>\n</body>\n</html>\n')
 
     # --- pieces ------------------------------------------------------------------------------------------
     def _figure(self, fig, height: int) -> str:
-        import plotly.io as pio
-
+        pio = self._plt.pio
         self._figures += 1
         fig.update_layout(height=height)
         fig.update_xaxes(**AXIS)
@@ -362,7 +238,7 @@ class HtmlReporter(Reporter):
         for ci, c in enumerate(s.cases):
             st, e2e = c.stats.get("value") or {}, c.stats.get("e2e_time") or {}
             verdict = _case_note(verdicts_of(c)) or "-"
-            note = next((esc(f"round {r.round}: {(r.failure or {}).get('reason', status_text(r.status))}")
+            note = next((esc(f"round {r.round}: {r.failure.reason or status_text(r.status)}")
                          for r in c.rounds if r.failure), "")
             rows.append([f'<a href="#case{ci}">{esc(c.name)}</a>', badge(c.status),
                          f"{len(c.passed_rounds)}/{len(c.rounds)}", esc(c.metric or "-"), num(st.get("median")),
@@ -395,78 +271,77 @@ class HtmlReporter(Reporter):
 
     def _rankings(self, s) -> str:
         """each cases (results.slownodes): hosts, then GPUs, ranked by the headline metric; outliers in red."""
-        rankings = [r for r in getattr(s, "rankings", None) or [] if isinstance(r, dict)]
+        rankings = list(s.rankings or [])
         if not rankings:
             return ""
         out = "<section>\n<h2>Slow-node rankings</h2>\n"
         for rk in rankings:
-            entries = [e for e in rk.get("entries") or [] if isinstance(e, dict)]
-            unit = rk.get("unit") or ""
-            better = "lower" if rk.get("higher_is_better") is False else "higher"
-            out += (f"<h3>{esc(rk.get('case'))}: hosts ranked by {esc(rk.get('metric'))}"
+            entries = list(rk.entries)
+            unit = rk.unit or ""
+            better = "lower" if rk.higher_is_better is False else "higher"
+            out += (f"<h3>{esc(rk.case)}: hosts ranked by {esc(rk.metric)}"
                     f"{' (' + esc(unit) + ')' if unit else ''}, {better} is better</h3>\n")
-            if rk.get("rule"):
-                out += f"<p class=\"muted\">outlier: {esc(rk.get('rule'))}</p>\n"
+            if rk.rule:
+                out += f"<p class=\"muted\">outlier: {esc(rk.rule)}</p>\n"
             rows = []
             for e in entries:
-                outlier = bool(e.get("outlier"))
-                rows.append([num(e.get("rank")), esc(e.get("host")), "-" if e.get("gpu") is None else num(e.get("gpu")),
-                             num(e.get("value")), num(e.get("score"), 3),
+                outlier = e.outlier
+                rows.append([num(e.rank), esc(e.host), "-" if e.gpu is None else num(e.gpu),
+                             num(e.value), num(e.score, 3),
                              '<span class="bad">OUTLIER</span>' if outlier else "no"])
-            for h in rk.get("failed_hosts") or []:
+            for h in rk.failed_hosts:
                 rows.append(["-", esc(h), "-", "-", "-", '<span class="bad">no result (failed)</span>'])
             out += _table(["rank", "host", "gpu", "value", "score", "outlier"], rows, num_cols=(0, 2, 3, 4),
                           row_class=lambda r: "outlier" if "OUTLIER" in r[5] else "")
-            hosts = [e for e in entries if e.get("gpu") is None]
-            gpus = [e for e in entries if e.get("gpu") is not None]
+            hosts = [e for e in entries if e.gpu is None]
+            gpus = [e for e in entries if e.gpu is not None]
             for group, what in ((hosts, "host"), (gpus, "GPU")):
                 out += self._ranking_bars(rk, group, what)
         return out + "</section>\n"
 
     def _ranking_bars(self, rk, entries, what) -> str:
-        import plotly.graph_objects as go
-
+        go = self._plt.go
         labels, values, colors = [], [], []
         for e in entries:
-            if _number(e.get("value")) is None:
+            if _number(e.value) is None:
                 continue
-            where = esc(e.get("host")) + ("" if e.get("gpu") is None else f" gpu {num(e.get('gpu'))}")
-            labels.append(f"{num(e.get('rank'))}. {where}" if e.get("gpu") is None else where)
-            values.append(e.get("value"))
-            colors.append("#cf222e" if e.get("outlier") else "#1f77b4")
+            where = esc(e.host) + ("" if e.gpu is None else f" gpu {num(e.gpu)}")
+            labels.append(f"{num(e.rank)}. {where}" if e.gpu is None else where)
+            values.append(e.value)
+            colors.append("#cf222e" if e.outlier else "#1f77b4")
         if not values:
             return ""
-        unit = rk.get("unit") or ""
+        unit = rk.unit or ""
         fig = go.Figure(go.Bar(x=values, y=labels, orientation="h", marker_color=colors,
                                hovertemplate="%{y}: %{x}<extra></extra>"), layout=LAYOUT)
-        if _number(rk.get("median")) is not None and what == "host":
-            fig.add_vline(x=rk["median"], line_dash="dash", line_color="#7f7f7f",
-                          annotation_text=f"median {num(rk['median'])}", annotation_position="top")
+        if _number(rk.median) is not None and what == "host":
+            fig.add_vline(x=rk.median, line_dash="dash", line_color="#7f7f7f",
+                          annotation_text=f"median {num(rk.median)}", annotation_position="top")
         fig.update_yaxes(autorange="reversed", type="category")
-        fig.update_xaxes(title_text=esc(unit or rk.get("metric")))
-        fig.update_layout(title=dict(text=f"{esc(rk.get('case'))}: {esc(rk.get('metric'))} per {what} "
+        fig.update_xaxes(title_text=esc(unit or rk.metric))
+        fig.update_layout(title=dict(text=f"{esc(rk.case)}: {esc(rk.metric)} per {what} "
                                           f"(red: outlier)", x=0),
                           margin=dict(l=220, r=20, t=50, b=45), hovermode="closest")
         return self._figure(fig, max(220, 90 + 24 * len(values)))
 
-    def _case(self, ci, c, nodes) -> str:
+    def _case(self, ci, c, series: dict) -> str:
         out = (f'<section class="case" id="case{ci}">\n<h2>{esc(c.name)} {badge(c.status)}</h2>\n'
                f"<p><code>{esc(c.key)}</code>: {num(c.nnodes)} node(s) x {num(c.nproc)} rank(s), "
                f"{num(c.repeat)} round(s), data: {esc(c.data_dir or '-')}</p>\n")
         out += self._verdicts(c)
         out += _table(["round", "status", "value", "e2e s", "duration s", "note"],
                       [[num(r.round), badge(r.status), num(r.value), num(r.e2e_time), num(r.duration_s),
-                        esc((r.failure or {}).get("reason", ""))] for r in c.rounds], num_cols=(0, 2, 3, 4))
+                        esc(r.failure.reason if r.failure else "")] for r in c.rounds], num_cols=(0, 2, 3, 4))
         for r in c.rounds:
-            f = r.failure or {}
-            lines = f.get("last_lines")
-            if lines and isinstance(lines, list):
+            f = r.failure
+            lines = f.last_lines if f is not None else None
+            if lines:
                 where = ""
-                if f.get("rank") is not None:
-                    where = f" (node {esc(f.get('node'))}, rank {esc(f.get('rank'))})"
-                elif f.get("node"):
-                    where = f" (node {esc(f.get('node'))})"
-                out += (f"<p>Round {num(r.round)}{where}, last lines of <code>{esc(f.get('log', ''))}</code>:</p>\n"
+                if f.rank is not None:
+                    where = f" (node {esc(f.node)}, rank {esc(f.rank)})"
+                elif f.node:
+                    where = f" (node {esc(f.node)})"
+                out += (f"<p>Round {num(r.round)}{where}, last lines of <code>{esc(f.log or '')}</code>:</p>\n"
                         f"<pre>{esc(chr(10).join(str(x) for x in lines))}</pre>\n")
         out += self._metrics(c)
         first = next((r for r in c.rounds if isinstance((r.finished or {}).get("env"), dict)), None)
@@ -478,13 +353,9 @@ class HtmlReporter(Reporter):
         for r in c.rounds:
             if not r.nodes:
                 continue
-            datas = [(n, nodes.get((ci, r.round, n.node)) or {}) for n in r.nodes]
-            t0 = min((d["start"] for _, d in datas if d.get("start") is not None), default=None)
-            if t0 is None:
-                t0 = min((xs[0] for _, d in datas for xs, _ in (d.get("series") or {}).values() if xs), default=None)
             out += f"<h3>Round {num(r.round)} {badge(r.status)}: monitors</h3>\n"
-            for n, d in datas:
-                out += self._node(c, r, n, d, t0)
+            for n in r.nodes:
+                out += self._node(c, r, n, series.get((c.key, r.round, n.node)))
         return out + "</section>\n"
 
     def _metrics(self, c) -> str:
@@ -504,16 +375,13 @@ class HtmlReporter(Reporter):
     def _headline(self, c) -> str:
         """The headline metric per round (each cases: one line per host, from every host's own result), with
         the band of its reference verdict; a plot per other metric that has a verdict."""
-        import statistics
-
-        import plotly.graph_objects as go
-
+        go = self._plt.go
         series: dict = {}   # name: [(round, value)]
-        if getattr(c, "each", False):
+        if c.each:
             for r in c.rounds:
                 for n in r.nodes:
-                    f = getattr(n, "finished", None) or {}
-                    v = _number(f.get("value")) if status_text(getattr(n, "status", "")) == "passed" else None
+                    f = n.finished or {}
+                    v = _number(f.get("value")) if n.status == Status.PASSED else None
                     if v is not None and f.get("metric") == c.metric:
                         series.setdefault(str(n.host), []).append((r.round, v))
         if not series:
@@ -563,10 +431,9 @@ class HtmlReporter(Reporter):
                           showlegend=len(series) > 1, hovermode="closest")
         return self._figure(fig, 340)
 
-    def _node(self, c, r, n, d, t0) -> str:
-        from plotly.subplots import make_subplots
-        import plotly.graph_objects as go
-
+    def _node(self, c, r, n, ns: NodeSeries | None) -> str:
+        """One node's monitor figure of a round: a row per host sensor and accelerator field, phases shaded."""
+        go, make_subplots = self._plt.go, self._plt.make_subplots
         title = f"{esc(n.node)} (host <code>{esc(n.host)}</code>, node rank {num(n.node_rank)})"
         mon = n.monitors or {}
         notes = []
@@ -575,9 +442,9 @@ class HtmlReporter(Reporter):
         for name, reason in sorted((mon.get("unreadable") or {}).items()):
             notes.append(f"{esc(name)}: {esc(reason)}")
         note = f'<p class="muted">{"; ".join(notes)}</p>\n' if notes else ""
-        series = d.get("series") or {}
-        if not series or t0 is None:
+        if ns is None or not ns.traces:
             return f"<h4>{title}</h4>\n<p class=\"muted\">No monitor data in its node directory.</p>\n{note}"
+        series = {(t.sensor, t.key, t.gpu): (t.x, t.y) for t in ns.traces}
         rows = []       # (label, [(trace name, gpu or None, xs, ys)])
         for sensor, key, label in (("cpu", "util_pct", "CPU util %"), ("mem", "used_mib", "memory used MiB"),
                                    ("pwr", "power_w", "host power W")):
@@ -588,7 +455,7 @@ class HtmlReporter(Reporter):
         throttle = [k for k in gpu_keys if "throttl" in k and k not in known]
         other = [k for k in gpu_keys if k not in known and k not in throttle]
         labels = dict(GPU_FIELDS)
-        vendor = d.get("gpu_vendor") or "gpu"
+        vendor = ns.gpu_vendor or "gpu"
         gpu_rows = [(f"{vendor} {labels[k]}", [k]) for k in known] + [(f"{vendor} {k}", [k]) for k in other]
         if throttle:
             gpu_rows.append((f"{vendor} throttle", throttle))
@@ -605,36 +472,34 @@ class HtmlReporter(Reporter):
         seen_gpu = set()
         for i, (label, traces) in enumerate(rows, 1):
             for name, g, xs, ys in traces:
-                px, py = downsample([round(x - t0, 3) for x in xs], [_round_value(y) for y in ys], self._limit)
                 color = PALETTE[g % len(PALETTE)] if g is not None else "#444444"
                 show = g is not None and name not in seen_gpu
                 seen_gpu.add(name)
-                fig.add_trace(go.Scatter(x=px, y=py, mode="lines", name=esc(name), legendgroup=esc(name),
+                fig.add_trace(go.Scatter(x=list(xs), y=list(ys), mode="lines", name=esc(name), legendgroup=esc(name),
                                          showlegend=show, line=dict(color=color, width=1.5)), row=i, col=1)
-        self._phases(fig, d, t0)
+        self._phases(fig, ns)
         fig.update_xaxes(title_text="s since the round's ranks started", row=len(rows), col=1)
         fig.update_layout(title=dict(text=f"{esc(c.name)} round {num(r.round)}: {esc(n.node)}", x=0),
                           legend=dict(orientation="h", y=-0.12 if len(rows) < 3 else -0.05))
-        return f"<h4>{title}</h4>\n{note}" + self._figure(fig, 90 + 170 * len(rows)) + _phase_caption(d)
+        return f"<h4>{title}</h4>\n{note}" + self._figure(fig, 90 + 170 * len(rows)) + _phase_caption(ns)
 
-    def _phases(self, fig, d, t0) -> None:
+    def _phases(self, fig, ns: NodeSeries) -> None:
         """Shade the phases (init, run) from the PerfLog events, and mark the ranks' start and end."""
-        ph = d.get("phases") or {}
         for start, end, color in PHASES:
-            x0 = ph.get(start)
-            x1 = ph.get(end, d.get("end"))
+            x0 = ns.phases.get(start)
+            x1 = ns.phases.get(end, ns.end)
             if x0 is None or x1 is None or x1 < x0:
                 continue
-            fig.add_shape(type="rect", xref="x", yref="paper", x0=round(x0 - t0, 3), x1=round(x1 - t0, 3),
+            fig.add_shape(type="rect", xref="x", yref="paper", x0=x0, x1=x1,
                           y0=0, y1=1, fillcolor=color, opacity=0.13, line_width=0, layer="below")
-        for t in (d.get("start"), d.get("end")):
+        for t in (ns.start, ns.end):
             if t is not None:
-                fig.add_shape(type="line", xref="x", yref="paper", x0=round(t - t0, 3), x1=round(t - t0, 3), y0=0,
+                fig.add_shape(type="line", xref="x", yref="paper", x0=t, x1=t, y0=0,
                               y1=1, line=dict(color="#6e7781", width=1, dash="dash"))
 
 
-def _phase_caption(d) -> str:
-    ph = d.get("phases") or {}
+def _phase_caption(ns: NodeSeries) -> str:
+    ph = ns.phases
     parts = []
     if "INIT_START" in ph:
         parts.append(f'<span class="swatch" style="background:{PHASES[0][2]}"></span> init (INIT_START to INIT_END)')

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from flagperf.references import case_note, describe, tolerance_text
 from flagperf.reporters.base import Reporter
-from flagperf.results.interpret import describe_exit
+from flagperf.results.interpret import Status, describe_exit
+from flagperf.results.slownodes import describe as describe_outlier
+from flagperf.results.slownodes import outliers
 
 
 def _num(v, digits=4) -> str:
@@ -24,26 +27,24 @@ def _table(header, rows) -> list:
 
 def _status_text(c) -> str:
     """The case's status; 'passed (within reference)' when reference verdicts back it."""
-    from flagperf.references import case_note
-    note = case_note(getattr(c, "verdicts", None) or [])
-    return note if str(c.status) == "passed" and note.startswith("passed") else str(c.status)
+    note = case_note(c.verdicts or [])
+    return note if c.status == Status.PASSED and note.startswith("passed") else str(c.status)
 
 
 def _reference_lines(c) -> list:
     """The case's reference verdicts (summary.json's ``verdicts``) as a table; nothing when it has none."""
-    from flagperf.references import case_note, describe, tolerance_text
-    verdicts = getattr(c, "verdicts", None) or []
+    verdicts = c.verdicts or []
     if not verdicts:
         return []
-    files = sorted({str(v.get("reference")) for v in verdicts if v.get("reference")})
+    files = sorted({v.reference for v in verdicts if v.reference})
     head = f"Reference {', '.join(f'`{f}`' for f in files) or '-'}: "
-    if str(c.status) == "below_reference":
-        head += "**below reference**: " + "; ".join(describe(v) for v in verdicts if not v.get("ok", True))
+    if c.status == Status.BELOW_REFERENCE:
+        head += "**below reference**: " + "; ".join(describe(v) for v in verdicts if not v.ok)
     else:
         head += case_note(verdicts)
-    rows = [[v.get("metric"), _num(v.get("measured")), _num(v.get("expected")), tolerance_text(v),
-             v.get("unit") or "", v.get("result", "") + ("" if v.get("ok", True) else " (fails)"),
-             v.get("source") or ""] for v in verdicts]
+    rows = [[v.metric, _num(v.measured), _num(v.expected), tolerance_text(v),
+             v.unit, v.result + ("" if v.ok else " (fails)"),
+             v.source] for v in verdicts]
     return ["", head, ""] + _table(["metric", "measured (median)", "expected", "tolerance", "unit", "result",
                                     "source"], rows)
 
@@ -76,7 +77,7 @@ class MarkdownReporter(Reporter):
                          _num(st.get("median")), _num(st.get("min")), _num(st.get("max")), c.unit or "",
                          _num(e2e.get("median"))])
         lines += _table(["case", "status", "rounds", "metric", "median", "min", "max", "unit", "e2e s"], rows)
-        lines += self._rankings(getattr(s, "rankings", None) or [])
+        lines += self._rankings(s.rankings or [])
         for c in s.cases:
             lines += self._case(c)
         return "\n".join(lines) + "\n"
@@ -85,25 +86,24 @@ class MarkdownReporter(Reporter):
         """each cases: the outliers first, in bold, then every host (and GPU) ranked, best first."""
         if not rankings:
             return []
-        from flagperf.results.slownodes import describe, outliers
         lines = ["", "## Slow hosts and GPUs (each cases)", ""]
         flagged = outliers(rankings)
-        units = {r.get("case"): r.get("unit") for r in rankings}
+        units = {r.case: r.unit for r in rankings}
         if flagged:
-            lines += [f"- **OUTLIER: {describe(case, e, units.get(case))}**" for case, e in flagged]
+            lines += [f"- **OUTLIER: {describe_outlier(case, e, units.get(case))}**" for case, e in flagged]
             lines += ["", "The run exits 1 while an outlier is flagged; the cases' status is not changed by it."]
         else:
             lines.append("No outlier: no host or GPU is slower than the rule allows.")
         for r in rankings:
-            lines += ["", f"`{r.get('case')}`: {r.get('metric') or '-'} ({r.get('unit') or ''}, "
-                          f"{'higher' if r.get('higher_is_better') is not False else 'lower'} is better), "
-                          f"median of the hosts {_num(r.get('median'))}. Rule: {r.get('rule')}", ""]
+            lines += ["", f"`{r.case}`: {r.metric or '-'} ({r.unit or ''}, "
+                          f"{'higher' if r.higher_is_better is not False else 'lower'} is better), "
+                          f"median of the hosts {_num(r.median)}. Rule: {r.rule}", ""]
             lines += _table(["rank", "host", "gpu", "value", "score", "outlier"],
-                            [[e.get("rank", "-"), e.get("host"), "-" if e.get("gpu") is None else e["gpu"],
-                              _num(e.get("value")), _num(e.get("score"), 3),
-                              "**yes**" if e.get("outlier") else "no"] for e in r.get("entries") or []])
-            if r.get("failed_hosts"):
-                lines += ["", f"Hosts without a passed round (not ranked): {', '.join(r['failed_hosts'])}"]
+                            [["-" if e.rank is None else e.rank, e.host, "-" if e.gpu is None else e.gpu,
+                              _num(e.value), _num(e.score, 3),
+                              "**yes**" if e.outlier else "no"] for e in r.entries])
+            if r.failed_hosts:
+                lines += ["", f"Hosts without a passed round (not ranked): {', '.join(r.failed_hosts)}"]
         return lines
 
     def _case(self, c) -> list:
@@ -112,17 +112,17 @@ class MarkdownReporter(Reporter):
                  ""]
         lines += _table(["round", "status", "value", "e2e s", "duration s", "note"],
                         [[r.round, r.status, _num(r.value), _num(r.e2e_time), _num(r.duration_s),
-                          (r.failure or {}).get("reason", "")] for r in c.rounds])
+                          r.failure.reason if r.failure else ""] for r in c.rounds])
         for r in c.rounds:
-            f = r.failure or {}
-            if f.get("last_lines"):
+            f = r.failure
+            if f is not None and f.last_lines:
                 where = ""
-                if f.get("rank") is not None:
-                    where = f" (node {f.get('node')}, rank {f.get('rank')}, {describe_exit(f.get('exit_code'))})"
-                elif f.get("node"):
-                    where = f" (node {f.get('node')})"
-                lines += ["", f"Round {r.round}{where}, last lines of `{f.get('log', '')}`:", "", "```"]
-                lines += list(f["last_lines"]) + ["```"]
+                if f.rank is not None:
+                    where = f" (node {f.node}, rank {f.rank}, {describe_exit(f.exit_code)})"
+                elif f.node:
+                    where = f" (node {f.node})"
+                lines += ["", f"Round {r.round}{where}, last lines of `{f.log or ''}`:", "", "```"]
+                lines += list(f.last_lines) + ["```"]
         lines += _reference_lines(c)
         metrics = [(name, st) for name, st in c.stats.items() if name not in ("value", "e2e_time") and st]
         if metrics:

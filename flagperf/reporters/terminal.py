@@ -5,9 +5,13 @@ from __future__ import annotations
 from rich.table import Table
 from rich.text import Text
 
+from flagperf.references import case_note, describe
 from flagperf.reporters.base import Reporter
+from flagperf.results.interpret import Status
+from flagperf.results.slownodes import RULE, outliers
+from flagperf.results.slownodes import describe as describe_outlier
 
-STYLES = {"passed": "green", "failed": "red", "skipped": "yellow", "below_reference": "red"}
+STYLES = {Status.PASSED: "green", Status.FAILED: "red", Status.SKIPPED: "yellow", Status.BELOW_REFERENCE: "red"}
 
 
 def _num(v) -> str:
@@ -20,7 +24,7 @@ def _note(case) -> str:
     """The first failure of a case, short."""
     for r in case.rounds:
         if r.failure:
-            return f"round {r.round}: {r.failure.get('reason', r.status)}"
+            return f"round {r.round}: {r.failure.reason or r.status}"
     return ""
 
 
@@ -48,8 +52,7 @@ def _flagperf_rows(case) -> list:
 def _reference_note(case) -> str:
     """What the case's reference verdicts say, short: the metrics below reference, or 'passed (within
     reference)'."""
-    from flagperf.references import case_note
-    return case_note(getattr(case, "verdicts", None) or [])
+    return case_note(case.verdicts or [])
 
 
 class TerminalReporter(Reporter):
@@ -64,9 +67,8 @@ class TerminalReporter(Reporter):
             table.add_column(col, justify=just)  # type: ignore[arg-type]
         for case in summary.cases:
             st, e2e = case.stats.get("value") or {}, case.stats.get("e2e_time") or {}
-            status = case.status.value
             table.add_row(
-                case.name, f"[{STYLES.get(status, 'yellow')}]{status}[/]",
+                case.name, f"[{STYLES.get(case.status, 'yellow')}]{case.status.value}[/]",
                 f"{len(case.passed_rounds)}/{len(case.rounds)}", case.metric or "-", _num(st.get("median")),
                 _num(st.get("mean")), _num(st.get("min")), _num(st.get("max")), case.unit or "",
                 _num(e2e.get("median")), _note(case) or _reference_note(case))
@@ -76,31 +78,29 @@ class TerminalReporter(Reporter):
 
     def rankings(self, summary) -> list:
         """each cases: one table per ranking (hosts, then GPUs), outliers in red; [] when there is none."""
-        from flagperf.results.slownodes import RULE
         tables = []
-        for r in getattr(summary, "rankings", None) or []:
-            better = "higher" if r.get("higher_is_better") is not False else "lower"
-            title = f"{r.get('case')}: hosts ranked by {r.get('metric')} ({r.get('unit') or ''}, {better} is better)" \
-                if r.get("metric") else f"{r.get('case')}: no host has a result to rank"
-            table = Table(title=title, caption=f"outlier: {r.get('rule') or RULE}")
+        for r in summary.rankings or []:
+            better = "higher" if r.higher_is_better is not False else "lower"
+            title = f"{r.case}: hosts ranked by {r.metric} ({r.unit or ''}, {better} is better)" \
+                if r.metric else f"{r.case}: no host has a result to rank"
+            table = Table(title=title, caption=f"outlier: {r.rule or RULE}")
             for col, just in (("rank", "right"), ("host", "left"), ("gpu", "right"), ("value", "right"),
                               ("score", "right"), ("outlier", "left")):
                 table.add_column(col, justify=just)  # type: ignore[arg-type]
-            for e in r.get("entries") or []:
-                gpu = "-" if e.get("gpu") is None else str(e["gpu"])
-                table.add_row(str(e.get("rank", "-")), Text(str(e.get("host"))), gpu, _num(e.get("value")),
-                              _num(e.get("score")), "[bold red]OUTLIER[/]" if e.get("outlier") else "no")
-            for h in r.get("failed_hosts") or []:
+            for e in r.entries:
+                gpu = "-" if e.gpu is None else str(e.gpu)
+                table.add_row("-" if e.rank is None else str(e.rank), Text(str(e.host)), gpu, _num(e.value),
+                              _num(e.score), "[bold red]OUTLIER[/]" if e.outlier else "no")
+            for h in r.failed_hosts:
                 table.add_row("-", Text(str(h)), "-", "-", "-", "[red]no result (failed)[/]")
             tables.append(table)
         return tables
 
     def outlier_lines(self, summary) -> list:
         """'OUTLIER: <case>: host h3: 41.2 TFLOP/s, score 12.3' for every flagged host or GPU."""
-        from flagperf.results.slownodes import describe, outliers
-        rankings = getattr(summary, "rankings", None) or []
-        units = {r.get("case"): r.get("unit") for r in rankings}
-        return [f"OUTLIER: {describe(case, e, units.get(case))}" for case, e in outliers(rankings)]
+        rankings = summary.rankings or []
+        units = {r.case: r.unit for r in rankings}
+        return [f"OUTLIER: {describe_outlier(case, e, units.get(case))}" for case, e in outliers(rankings)]
 
     def failure_lines(self, summary) -> list:
         """Every failed round with its reason and last lines, for ``flagperf report``."""
@@ -110,14 +110,13 @@ class TerminalReporter(Reporter):
         for case in summary.cases:
             for r in case.rounds:
                 if r.failure:
-                    out.append(f"{case.name} round {r.round}: {r.status}: {r.failure.get('reason', '')}")
-                    out += [f"    | {line}" for line in r.failure.get("last_lines") or []]
+                    out.append(f"{case.name} round {r.round}: {r.status}: {r.failure.reason}")
+                    out += [f"    | {line}" for line in r.failure.last_lines or ()]
             out += _reference_lines(case)
         return out
 
 
 def _reference_lines(case) -> list:
     """A line for every verdict of the case that is not ok: metric, measured, expected, tolerance, source."""
-    from flagperf.references import describe
-    return [f"{case.name}: {case.status}: {describe(v)}; source {v.get('source')}"
-            for v in getattr(case, "verdicts", None) or [] if not v.get("ok", True)]
+    return [f"{case.name}: {case.status}: {describe(v)}; source {v.source}"
+            for v in case.verdicts or [] if not v.ok]

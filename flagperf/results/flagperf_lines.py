@@ -17,9 +17,10 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
+from pathlib import Path
 
 from flagperf.results.perflog import RECORDS_MAX_BYTES, read_lines
-from flagperf_contract import PERFLOG_SCHEMA, parse_perflog_line
+from flagperf_contract import NODE_COMMAND_LOG, PERFLOG_SCHEMA, parse_perflog_line, rank_log_name
 
 RESULT_MARK = "[FlagPerf Result]"
 _RESULT = re.compile(
@@ -208,10 +209,7 @@ def node_logs(node) -> dict:
     """{global rank: log path on the driver} of a planned node (flagperf.plan.NodePlan): every rank's
     ``rank<R>.out.log``, or in launch mode "node" the node command's ``node.out.log`` under the node's first
     rank."""
-    from pathlib import Path
-
-    from flagperf_contract import NODE_COMMAND_LOG, rank_log_name
-    if getattr(node.launch, "mode", "ranks") == "node":
+    if node.launch.mode == "node":
         return {node.ranks[0]: Path(node.local_dir) / NODE_COMMAND_LOG} if node.ranks else {}
     return {rank: Path(node.local_dir) / rank_log_name(rank) for rank in node.ranks}
 
@@ -219,7 +217,7 @@ def node_logs(node) -> dict:
 def node_results(node, problems: list | None = None) -> list:
     """The FlagPerf results of every log of a planned node, in rank order. A ranks-mode rank's lines without
     ``Rank N's`` are that rank's; a node command's are the node's."""
-    node_mode = getattr(node.launch, "mode", "ranks") == "node"
+    node_mode = node.launch.mode == "node"
     out: list = []
     for rank, path in sorted(node_logs(node).items()):
         found, _ = read_log(path, node=node.node_rank, rank=None if node_mode else rank, problems=problems)

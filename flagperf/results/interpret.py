@@ -3,17 +3,21 @@
 A round's evidence is what the driver saw (how the wait ended) and what it read back from every node
 (``ranks.json``, rank 0's PerfLog records, the tails of the logs, and FlagPerf's own result lines when rank 0
 printed no FINISHED line). :func:`interpret_round` turns it into a
-:class:`Status` and, unless the round passed, a failure record saying why, where, and the last lines of the
-log that shows it. :func:`case_status` and :func:`run_status` fold rounds into cases and cases into a run.
-Nothing else decides a status.
+:class:`Status` and, unless the round passed, a :class:`~flagperf.records.Failure` saying why, where, and the
+last lines of the log that shows it; :func:`interpret_each_round` judges an ``each`` round host by host.
+:func:`preparation_failed` and :func:`not_run` give the verdicts of rounds that never started.
+:func:`case_status` and :func:`run_status` fold rounds into cases and cases into a run, and
+:func:`run_exit_code` turns a run into the exit code of ``flagperf run``. Nothing else decides a status.
 """
 
 from __future__ import annotations
 
 import enum
 import signal
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
+from flagperf.errors import EXIT_CASE_FAILED, EXIT_HOSTS, EXIT_INTERRUPTED, EXIT_OK
+from flagperf.records import Failure
 from flagperf.results.flagperf_lines import build_finished, is_flagperf_finished
 from flagperf_contract import LAUNCHER_CANNOT_WRITE_EXIT, Finished, RankReport, validate_finished
 
@@ -78,7 +82,7 @@ class RoundEvidence:
 @dataclass
 class Verdict:
     status: Status
-    failure: dict | None = None     # {reason, node, rank, exit_code, log, last_lines}
+    failure: Failure | None = None
     finished: Finished | None = None
 
 
@@ -107,13 +111,12 @@ def _first_failed_rank(nodes) -> tuple:
 
 
 def _who(node, rec) -> str:
-    return "the node command" if getattr(node, "mode", "ranks") == "node" else f"rank {rec.rank}"
+    return "the node command" if node.mode == "node" else f"rank {rec.rank}"
 
 
-def _rank_failure(node, rec, reason=None) -> dict:
-    return {"reason": reason or f"{_who(node, rec)} failed ({describe_exit(rec.exit_code)})", "node": node.label,
-            "rank": rec.rank, "exit_code": rec.exit_code, "log": node.rank_logs.get(rec.rank, ""),
-            "last_lines": list(node.rank_tails.get(rec.rank, []))}
+def _rank_failure(node, rec, reason=None) -> Failure:
+    return Failure(reason or f"{_who(node, rec)} failed ({describe_exit(rec.exit_code)})", node.label, rec.rank,
+                   rec.exit_code, node.rank_logs.get(rec.rank, ""), tuple(node.rank_tails.get(rec.rank, [])))
 
 
 def interpret_round(ev: RoundEvidence) -> Verdict:
@@ -123,45 +126,59 @@ def interpret_round(ev: RoundEvidence) -> Verdict:
     if w.end in (WaitEnd.INTERRUPTED, WaitEnd.TIMEOUT, WaitEnd.ERROR):
         status = {WaitEnd.INTERRUPTED: Status.INTERRUPTED, WaitEnd.TIMEOUT: Status.TIMEOUT,
                   WaitEnd.ERROR: Status.ERROR}[w.end]
-        failure: dict = {"reason": w.reason}
+        failure = Failure(w.reason)
         if node is not None:
-            failure = dict(_rank_failure(node, rec), reason=f"{w.reason}; {_who(node, rec)} had failed "
-                                                             f"({describe_exit(rec.exit_code)})")
+            failure = replace(_rank_failure(node, rec), reason=f"{w.reason}; {_who(node, rec)} had failed "
+                                                               f"({describe_exit(rec.exit_code)})")
         return Verdict(status, failure)
     if w.end == WaitEnd.HOST_LOST:
-        return Verdict(Status.FAILED, {"reason": w.reason, "node": w.node})
+        return Verdict(Status.FAILED, Failure(w.reason, node=w.node))
     if node is not None:
         return Verdict(Status.FAILED, _rank_failure(node, rec))
     if w.end == WaitEnd.NODE_FAILED:
-        bad = next((n for n in ev.nodes if n.label == w.node), None)
-        failure = {"reason": w.reason or f"node {w.node} failed", "node": w.node}
-        if bad is not None:
-            if bad.launcher_exit == LAUNCHER_CANNOT_WRITE_EXIT:
-                failure["reason"] += (f"; its launcher could not write the node directory on host {bad.host} "
-                                      f"(disk full, out of inodes or read-only: see the host's free space)")
-            elif bad.ranks_problem:
-                failure["reason"] += f"; {bad.ranks_problem}"
-            failure.update(exit_code=bad.launcher_exit, log=bad.output_log, last_lines=list(bad.output_tail))
-        return Verdict(Status.FAILED, failure)
+        return Verdict(Status.FAILED, _node_failure(ev, w))
     # Every launcher exited 0: trust the launchers' own records, then rank 0's result.
     for n in ev.nodes:
         if n.ranks_problem:
-            return Verdict(Status.FAILED, {"reason": f"node {n.label}: {n.ranks_problem}", "node": n.label,
-                                           "log": n.output_log, "last_lines": list(n.output_tail)})
+            return Verdict(Status.FAILED, Failure(f"node {n.label}: {n.ranks_problem}", n.label, log=n.output_log,
+                                                  last_lines=tuple(n.output_tail)))
         got = sorted(r.rank for r in n.ranks.ranks) if n.ranks else []
         if n.ranks_expected and got != sorted(n.ranks_expected):
-            return Verdict(Status.FAILED, {"reason": f"node {n.label}: ranks.json lists ranks {got}, the plan "
-                                                     f"started {sorted(n.ranks_expected)}", "node": n.label})
+            return Verdict(Status.FAILED, Failure(f"node {n.label}: ranks.json lists ranks {got}, the plan "
+                                                  f"started {sorted(n.ranks_expected)}", n.label))
+    return _rank0_result(ev)
+
+
+def _node_failure(ev: RoundEvidence, w: Wait) -> Failure:
+    """A node launcher exited non-zero without a rank to blame: the launcher's own exit and output."""
+    reason = w.reason or f"node {w.node} failed"
+    bad = next((n for n in ev.nodes if n.label == w.node), None)
+    if bad is None:
+        return Failure(reason, w.node)
+    if bad.launcher_exit == LAUNCHER_CANNOT_WRITE_EXIT:
+        reason += (f"; its launcher could not write the node directory on host {bad.host} "
+                   f"(disk full, out of inodes or read-only: see the host's free space)")
+    elif bad.ranks_problem:
+        reason += f"; {bad.ranks_problem}"
+    return Failure(reason, w.node, exit_code=bad.launcher_exit, log=bad.output_log,
+                   last_lines=tuple(bad.output_tail))
+
+
+def _rank0_result(ev: RoundEvidence) -> Verdict:
+    """Every node ended well: rank 0's FINISHED line (or SKIPPED, or FlagPerf's own result lines) decides."""
     records = ev.rank0_records
     finished = [r for r in records if r.get("event") == "FINISHED" and not is_flagperf_finished(r)]
     skipped = [r for r in records if r.get("event") == "SKIPPED"]
     node0 = ev.nodes[0] if ev.nodes else None
     rec0 = node0.ranks.rank(0) if node0 and node0.ranks else None
-    where = {"node": node0.label if node0 else None, "rank": 0, "exit_code": rec0.exit_code if rec0 else None,
-             "log": node0.rank_logs.get(0, "") if node0 else "",
-             "last_lines": list(node0.rank_tails.get(0, [])) if node0 else []}
+
+    def where(reason: str) -> Failure:
+        return Failure(reason, node0.label if node0 else None, 0, rec0.exit_code if rec0 else None,
+                       node0.rank_logs.get(0, "") if node0 else "",
+                       tuple(node0.rank_tails.get(0, [])) if node0 else ())
+
     if not finished and skipped:
-        return Verdict(Status.SKIPPED, {"reason": f"skipped: {skipped[-1].get('reason') or 'no reason given'}"})
+        return Verdict(Status.SKIPPED, Failure(f"skipped: {skipped[-1].get('reason') or 'no reason given'}"))
     if not finished:
         # FlagPerf's formats: [FlagPerf Result] lines of any log, or a FlagPerf PerfLog FINISHED of rank 0
         theirs = next((r for r in reversed(records) if is_flagperf_finished(r)), None)
@@ -171,12 +188,37 @@ def interpret_round(ev: RoundEvidence) -> Verdict:
         if payload is not None:
             return Verdict(Status.PASSED, None, Finished.from_dict(payload))
         who = "the node command" if node0 is not None and node0.mode == "node" else "rank 0"
-        return Verdict(Status.FAILED, dict(where, reason=f"{who} printed no FINISHED line and no [FlagPerf Result] "
-                                                         f"lines"))
+        return Verdict(Status.FAILED, where(f"{who} printed no FINISHED line and no [FlagPerf Result] lines"))
     problems = validate_finished(finished[-1])
     if problems:
-        return Verdict(Status.FAILED, dict(where, reason=f"invalid result: {'; '.join(problems)}"))
+        return Verdict(Status.FAILED, where(f"invalid result: {'; '.join(problems)}"))
     return Verdict(Status.PASSED, None, Finished.from_dict(finished[-1]))
+
+
+def interpret_each_round(wait: Wait, node_waits: dict, evidence, records: dict) -> tuple:
+    """An ``each`` round (one independent job per host): (the round's Verdict, [(node label, Verdict)] in the
+    nodes' order). Every host is judged on its own wait (``node_waits``: {label: Wait}) and its own rank 0's
+    PerfLog ``records`` ({label: records}); a host without a wait of its own ended with the round (interrupted,
+    timed out, errored) or completed. A signal stops the whole run, so an interrupted round interrupts every
+    host. The hosts' verdicts fold into the round's by :func:`hosts_verdict`."""
+    verdicts = []
+    for ev in evidence:
+        own = node_waits.get(ev.label)
+        if wait.end == WaitEnd.INTERRUPTED or own is None:
+            own = wait if wait.end in (WaitEnd.INTERRUPTED, WaitEnd.TIMEOUT, WaitEnd.ERROR) else \
+                Wait(WaitEnd.COMPLETED)
+        verdicts.append((ev.label, interpret_round(RoundEvidence(own, [ev], records.get(ev.label, [])))))
+    return hosts_verdict(verdicts), verdicts
+
+
+def preparation_failed(reason: str, last_lines=()) -> Verdict:
+    """Every round of a case whose preparation (images, the backend's prepare_case) failed."""
+    return Verdict(Status.ERROR, Failure(f"preparation failed: {reason}", last_lines=tuple(last_lines)))
+
+
+def not_run(reason: str) -> Verdict:
+    """A round that never started: a host failed its check, or the run stopped before it."""
+    return Verdict(Status.NOT_RUN, Failure(reason))
 
 
 def case_status(round_statuses, verdicts=()) -> Status:
@@ -185,7 +227,7 @@ def case_status(round_statuses, verdicts=()) -> Status:
     not_run when none started. A case that would pass is below_reference when one of its reference
     ``verdicts`` (flagperf.references) is not ok; run_status counts that as a failure."""
     status = _rounds_status(round_statuses)
-    if status == Status.PASSED and any(not v.get("ok", True) for v in verdicts or ()):
+    if status == Status.PASSED and any(not v.ok for v in verdicts or ()):
         return Status.BELOW_REFERENCE
     return status
 
@@ -226,18 +268,32 @@ def hosts_verdict(verdicts) -> Verdict:
     finished = next((v.finished for _, v in verdicts if v.status == Status.PASSED and v.finished), None)
     bad = [(label, v) for label, v in verdicts if v.status not in (Status.PASSED, Status.SKIPPED)]
     if not verdicts:
-        return Verdict(Status.ERROR, {"reason": "no host ran"})
+        return Verdict(Status.ERROR, Failure("no host ran"))
     if not bad:
         if statuses == {Status.SKIPPED}:
-            return Verdict(Status.SKIPPED, dict(verdicts[0][1].failure or {"reason": "skipped"}))
+            return Verdict(Status.SKIPPED, verdicts[0][1].failure or Failure("skipped"))
         return Verdict(Status.PASSED, None, finished)
     status = next(s for s in _HOST_ORDER if s in statuses)
     label, first = next((lv for lv in bad if lv[1].status == status))
-    failure = dict(first.failure or {})
-    reason = failure.get("reason") or status.value
-    failure["reason"] = (f"{label}: {reason}" if len(bad) == 1 else
-                         f"{len(bad)} of {len(verdicts)} hosts did not pass ({', '.join(lb for lb, _ in bad)}); "
-                         f"{label}: {reason}")
-    failure.setdefault("node", label)
-    failure["nodes"] = [lb for lb, _ in bad]
-    return Verdict(status, failure)
+    failure = first.failure or Failure("")
+    reason = failure.reason or status.value
+    reason = (f"{label}: {reason}" if len(bad) == 1 else
+              f"{len(bad)} of {len(verdicts)} hosts did not pass ({', '.join(lb for lb, _ in bad)}); "
+              f"{label}: {reason}")
+    return Verdict(status, replace(failure, reason=reason, node=failure.node if failure.node is not None else label,
+                                   nodes=tuple(lb for lb, _ in bad)))
+
+
+def run_exit_code(summary, *, host_check_failed: bool, summary_problem: bool) -> int:
+    """The exit code of ``flagperf run`` (docs/cli.md): 130 when a signal stopped it, 3 when a host failed its
+    check, 1 when summary.json could not be written, when an ``each`` case flagged a slow host or GPU (which
+    changes no case's status), or when a case did not pass; else 0."""
+    if summary.interrupted:
+        return EXIT_INTERRUPTED
+    if host_check_failed:
+        return EXIT_HOSTS
+    if summary_problem:
+        return EXIT_CASE_FAILED
+    if any(ranking.outliers for ranking in summary.rankings):
+        return EXIT_CASE_FAILED
+    return EXIT_OK if summary.status == Status.PASSED else EXIT_CASE_FAILED

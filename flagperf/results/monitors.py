@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 import os
 import re
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from flagperf.results.perflog import NotRegularFile, lines_of, open_regular
@@ -158,6 +159,63 @@ def _stats(samples, key, *kinds, ndigits=1):
     return out
 
 
+@dataclass
+class NodeSamples:
+    """A node directory's monitor files, read once: the host sensors' samples, the accelerator file's samples
+    (every device's, in file order), monitor_status.json's sensors, and the files that are there but were not read."""
+
+    host: dict = field(default_factory=dict)        # {"cpu" | "mem" | "pwr": [(timestamp, {key: value})]}
+    gpu_file: str | None = None                     # <vendor>_monitor.log
+    gpu: list = field(default_factory=list)
+    sensors: dict = field(default_factory=dict)     # {name: SensorStatus}; {} without a status
+    unreadable: dict = field(default_factory=dict)  # {file name: why it was not read}
+
+    @property
+    def gpu_vendor(self) -> str | None:
+        return self.gpu_file[:-len("_monitor.log")] if self.gpu_file else None
+
+
+def gpu_monitor_file(node_dir, status: MonitorStatus | None) -> str | None:
+    """The accelerator's monitor file of a node directory: the one its status names, else (no status, or none
+    named) the first <vendor>_monitor.log that is not a host sensor's. A name that could lead outside the node
+    directory is never followed."""
+    sensors = status.sensors if status else {}
+    name = sensors["gpu"].file if "gpu" in sensors else None
+    if name and _MONITOR_FILE.match(name):
+        return name
+    try:
+        names = sorted(f for f in os.listdir(node_dir) if _MONITOR_FILE.match(f)
+                       and f[:-len("_monitor.log")] not in HOST_SENSORS)
+    except OSError:
+        return None
+    return names[0] if names else None
+
+
+def read_node_samples(node_dir) -> NodeSamples:
+    """Every monitor file of one node directory (host sensors, then the accelerator's). A missing file has no
+    samples; one that is there but is no readable regular file (a FIFO, a symlink, a device) is never read and
+    goes to ``unreadable``."""
+    out = NodeSamples()
+
+    def samples_from(file_name):
+        path = os.path.join(node_dir, file_name)
+        try:
+            return read_monitor_file(path)
+        except FileNotFoundError:
+            return []
+        except OSError as exc:      # a FIFO, a symlink, a device: never read, reported
+            out.unreadable[file_name] = str(exc) if isinstance(exc, NotRegularFile) else f"{path}: unreadable: {exc}"
+            return []
+
+    for name in ("cpu", "mem", "pwr"):
+        out.host[name] = samples_from(f"{name}_monitor.log")
+    status, _ = read_status(node_dir)
+    out.sensors = dict(status.sensors) if status else {}
+    out.gpu_file = gpu_monitor_file(node_dir, status)
+    out.gpu = samples_from(out.gpu_file) if out.gpu_file else []
+    return out
+
+
 def summarize_monitors(node_dir, window: tuple | None = None) -> dict:
     """Simple per-sensor stats of one node's monitor files, for the run summary. ``window`` (t0, t1), epoch
     seconds of the benchmark's measured window (rank 0's RUN_START and RUN_END), adds each device's energy,
@@ -167,48 +225,24 @@ def summarize_monitors(node_dir, window: tuple | None = None) -> dict:
         "unavailable": {sensor: reason}}. A sensor without data is left out; "unavailable" (from
     monitor_status.json) is present only when the status names unavailable sensors."""
     result: dict = {}
-    unreadable: dict = {}
-
-    def samples_from(file_name):
-        path = os.path.join(node_dir, file_name)
-        try:
-            return read_monitor_file(path)
-        except FileNotFoundError:
-            return []
-        except OSError as exc:      # a FIFO, a symlink, a device: never read, reported
-            unreadable[file_name] = str(exc) if isinstance(exc, NotRegularFile) else f"{path}: unreadable: {exc}"
-            return []
-
-    def samples_of(name):
-        return samples_from(f"{name}_monitor.log")
-
-    cpu = samples_of("cpu")
+    node = read_node_samples(node_dir)
+    cpu = node.host["cpu"]
     if cpu:
         result["cpu"] = {"samples": len(cpu), **_stats(cpu, "util_pct", "mean", "max"),
                          **_stats(cpu, "load1", "max", ndigits=2)}
-    mem = samples_of("mem")
+    mem = node.host["mem"]
     if mem:
         result["mem"] = {"samples": len(mem), **_stats(mem, "used_mib", "max", "mean"),
                          **_stats(mem, "total_mib", "max"), **_stats(mem, "used_pct", "max")}
-    pwr = samples_of("pwr")
+    pwr = node.host["pwr"]
     if pwr:
         # host power (RAPL package/DRAM or hwmon sensors): the host's own, never wall power
         result["pwr"] = {"samples": len(pwr), **_stats(pwr, "power_w", "mean", "max"), **energy_of(pwr)}
         if window:
             result["pwr"]["window"] = energy_of(pwr, *window)
 
-    status, _ = read_status(node_dir)
-    sensors = status.sensors if status else {}
-    gpu_file = sensors["gpu"].file if "gpu" in sensors else None
-    if gpu_file and not _MONITOR_FILE.match(gpu_file):
-        gpu_file = None     # a status naming a file outside the node directory is not followed
-    if not gpu_file:  # no status: any <vendor>_monitor.log that is not a host sensor
-        names = sorted(f for f in os.listdir(node_dir) if f.endswith("_monitor.log")
-                       and f[:-len("_monitor.log")] not in HOST_SENSORS) if os.path.isdir(node_dir) else []
-        gpu_file = names[0] if names else None
-    gpu = samples_from(gpu_file) if gpu_file else []
     by_index: dict[int, list] = {}
-    for ts, v in gpu:
+    for ts, v in node.gpu:
         if "gpu" in v:
             by_index.setdefault(int(v["gpu"]), []).append((ts, v))
     if by_index:
@@ -227,11 +261,11 @@ def summarize_monitors(node_dir, window: tuple | None = None) -> dict:
             if window:
                 dev["window"] = {**energy_of(s, *window), **_window_stats(s, *window)}
             devices.append(dev)
-        result["gpu"] = {"vendor": str(gpu_file)[:-len("_monitor.log")], "devices": devices}
+        result["gpu"] = {"vendor": node.gpu_vendor, "devices": devices}
 
-    unavailable = {name: st.reason or "" for name, st in sensors.items() if not st.available}
+    unavailable = {name: st.reason or "" for name, st in node.sensors.items() if not st.available}
     if unavailable:
         result["unavailable"] = unavailable
-    if unreadable:
-        result["unreadable"] = unreadable
+    if node.unreadable:
+        result["unreadable"] = dict(node.unreadable)
     return result

@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import os
 import stat
-from pathlib import Path
 
-from flagperf_contract import parse_perflog_line, rank_log_name
+from flagperf_contract import parse_perflog_line
 
 TAIL_BYTES = 64 * 1024
 RECORDS_MAX_BYTES = 64 * 1024 ** 2      # records are read from at most the last 64 MiB of a rank log
@@ -114,7 +113,3 @@ def tail(path, n=10) -> list:
     except OSError:
         return []
     return data.splitlines()[-n:]
-
-
-def rank_log(node_dir, rank) -> Path:
-    return Path(node_dir) / rank_log_name(rank)

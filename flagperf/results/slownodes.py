@@ -18,6 +18,9 @@ from __future__ import annotations
 import math
 import statistics
 
+from flagperf.records import RankEntry, Ranking
+from flagperf.results.interpret import Status
+
 MAD_TO_SIGMA = 1.4826       # MAD x 1.4826 estimates the standard deviation of normally distributed values
 SCORE_LIMIT = 3.5           # Iglewicz & Hoaglin's cut-off for the robust ("modified") z-score
 SHORTFALL_FLOOR = 0.05      # and at least 5% worse than the median
@@ -86,7 +89,7 @@ def _host_results(case) -> tuple:
                 seen.append(n.host)
             per_host.setdefault(n.host, [])
             f = n.finished or {}
-            if str(n.status or "") != "passed" or not _is_number(f.get("value")):
+            if n.status != Status.PASSED or not _is_number(f.get("value")):
                 continue
             if head is None:
                 head = f
@@ -98,14 +101,11 @@ def _host_results(case) -> tuple:
     return per_host, failed, head.get("metric"), head.get("unit"), head.get("higher_is_better")
 
 
-def rank_case(case) -> dict | None:
-    """The ranking of one ``each`` case (a CaseSummary with ``each`` set), or None for any other case.
-
-    {"case", "metric", "unit", "higher_is_better", "rule", "median", "entries", "failed_hosts"}; entries: first
-    every host with a result, best first, then every GPU grouped by host in the hosts' order, best first within
-    the host: {"host", "gpu" (int; null for a host), "value" (median over the passed rounds), "score", "outlier",
-    "rank" (among the hosts; a GPU: among its host's GPUs), "rounds" (passed rounds counted)}."""
-    if not getattr(case, "each", False):
+def rank_case(case) -> Ranking | None:
+    """The :class:`~flagperf.records.Ranking` of one ``each`` case (a CaseSummary with ``each`` set), or None
+    for any other case. Its entries: first every host with a result, best first, then every GPU grouped by host
+    in the hosts' order, best first within the host (a GPU's rank: among its host's GPUs)."""
+    if not case.each:
         return None
     per_host, failed, metric, unit, hib = _host_results(case)
     higher = hib is not False       # a result without the flag: higher is better, as for most throughputs
@@ -113,10 +113,9 @@ def rank_case(case) -> dict | None:
     values = [statistics.median(v for v, _ in per_host[h]) for h in hosts]
     scores = robust_scores(values, higher)
     ranks = _ranks(values, higher)
-    host_entries = [{"host": h, "gpu": None, "value": v, "score": s, "outlier": o, "rank": k,
-                     "rounds": len(per_host[h])}
+    host_entries = [RankEntry(h, None, v, s, o, k, len(per_host[h]))
                     for h, v, (s, o), k in zip(hosts, values, scores, ranks)]
-    host_entries.sort(key=lambda e: e["rank"])      # stable: ties keep the hosts' order
+    host_entries.sort(key=lambda e: e.rank or 0)    # stable: ties keep the hosts' order
     # GPUs: the median per (host, local rank) over the rounds that reported a per-rank list of the right length.
     gpus: list = []
     for h in hosts:
@@ -130,18 +129,14 @@ def rank_case(case) -> dict | None:
         gscores = robust_scores([g[2] for g in gpus], higher)
         by_host: dict = {}
         for (h, i, v, n), (s, o) in zip(gpus, gscores):
-            by_host.setdefault(h, []).append({"host": h, "gpu": i, "value": v, "score": s, "outlier": o,
-                                              "rounds": n})
+            by_host.setdefault(h, []).append((i, v, s, o, n))
         for e in host_entries:
-            group = by_host.get(e["host"], [])
-            for entry, k in zip(group, _ranks([g["value"] for g in group], higher)):
-                entry["rank"] = k
-            group.sort(key=lambda g: g["rank"])
-            gpu_entries += [{key: g[key] for key in ("host", "gpu", "value", "score", "outlier", "rank", "rounds")}
-                            for g in group]
-    return {"case": case.name, "metric": metric, "unit": unit, "higher_is_better": hib, "rule": RULE,
-            "median": statistics.median(values) if values else None,
-            "entries": host_entries + gpu_entries, "failed_hosts": failed}
+            group = by_host.get(e.host, [])
+            ranked = [RankEntry(e.host, i, v, s, o, k, n)
+                      for (i, v, s, o, n), k in zip(group, _ranks([g[1] for g in group], higher))]
+            gpu_entries += sorted(ranked, key=lambda g: g.rank or 0)
+    return Ranking(case.name, metric, unit, hib, RULE, statistics.median(values) if values else None,
+                   tuple(host_entries + gpu_entries), tuple(failed))
 
 
 def rank_cases(cases) -> list:
@@ -150,15 +145,15 @@ def rank_cases(cases) -> list:
 
 
 def outliers(rankings) -> list:
-    """Every flagged entry of ``rankings`` as (case name, entry), in order."""
-    return [(r.get("case"), e) for r in rankings or [] for e in r.get("entries") or [] if e.get("outlier")]
+    """Every flagged entry of ``rankings`` as (case name, RankEntry), in order."""
+    return [(r.case, e) for r in rankings or [] for e in r.outliers]
 
 
-def describe(case_name, entry, unit=None) -> str:
+def describe(case_name, entry: RankEntry, unit=None) -> str:
     """'<case>: host h3 gpu 1: 41.2 TFLOP/s, score 12.3' for a report line."""
-    what = f"host {entry.get('host')}" + (f" gpu {entry['gpu']}" if entry.get("gpu") is not None else "")
-    value = entry.get("value")
-    score = entry.get("score")
+    what = f"host {entry.host}" + (f" gpu {entry.gpu}" if entry.gpu is not None else "")
+    value = entry.value
+    score = entry.score
     text = f"{case_name}: {what}: {value:.4g}" if _is_number(value) else f"{case_name}: {what}: -"
     if unit:
         text += f" {unit}"

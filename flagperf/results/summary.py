@@ -12,6 +12,7 @@ import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from flagperf.records import Failure, Ranking, RecordError, ReferenceVerdict
 from flagperf.results.interpret import Status, case_status, run_status
 from flagperf_contract import write_json_atomic
 
@@ -45,7 +46,7 @@ _TYPES = {
     "cases.*.rounds.*.nodes.*.failure": _OPT_DICT, "cases.*.each": bool,
     "rankings": list, "rankings.*": dict, "rankings.*.entries": list, "rankings.*.entries.*": dict,
     "cases.*.verdicts": list, "cases.*.verdicts.*": dict, "cases.*.verdicts.*.metric": str,
-    "cases.*.verdicts.*.ok": bool,
+    "cases.*.verdicts.*.ok": bool, "series": _OPT_STR,
 }
 
 
@@ -114,21 +115,29 @@ class NodeSummary:
     monitors: dict = field(default_factory=dict)   # results.monitors.summarize_monitors
     # each cases only (every host its own job, judged on its own): its status, failure and rank 0's FINISHED
     status: Status | None = None
-    failure: dict | None = None
+    failure: Failure | None = None
     finished: dict | None = None
 
     def to_dict(self) -> dict:
         d = {"node": self.node, "host": self.host, "node_rank": self.node_rank,
              "launcher_exit": self.launcher_exit, "ranks": self.ranks, "monitors": self.monitors}
         if self.status is not None:
-            d.update(status=self.status.value, failure=self.failure, finished=self.finished)
+            d.update(status=self.status.value, failure=_failure_dict(self.failure), finished=self.finished)
         return d
 
     @classmethod
     def from_dict(cls, d: dict) -> "NodeSummary":
         return cls(d["node"], d.get("host", ""), d.get("node_rank", 0), d.get("launcher_exit"),
                    list(d.get("ranks") or []), dict(d.get("monitors") or {}),
-                   Status(d["status"]) if d.get("status") else None, d.get("failure"), d.get("finished"))
+                   Status(d["status"]) if d.get("status") else None, _failure(d.get("failure")), d.get("finished"))
+
+
+def _failure(d) -> Failure | None:
+    return None if d is None else Failure.from_dict(d)
+
+
+def _failure_dict(f: Failure | None) -> dict | None:
+    return None if f is None else f.to_dict()
 
 
 EFFICIENCY_UNITS = {"tokens/s": "tokens/J", "images/s": "images/J", "samples/s": "samples/J"}
@@ -186,7 +195,7 @@ class RoundSummary:
     dir: str                            # relative to the run directory
     status: Status = Status.NOT_RUN
     duration_s: float = 0.0
-    failure: dict | None = None         # {reason, node, rank, exit_code, log, last_lines}
+    failure: Failure | None = None
     finished: dict | None = None        # rank 0's FINISHED payload
     nodes: list = field(default_factory=list)
 
@@ -207,7 +216,7 @@ class RoundSummary:
         return {"round": self.round, "dir": self.dir, "status": self.status.value,
                 "duration_s": round(self.duration_s, 3), "value": self.value, "e2e_time": self.e2e_time,
                 "metrics": self.metrics, "checks": f.get("checks"), "env": f.get("env"),
-                "failure": self.failure, "finished": self.finished,
+                "failure": _failure_dict(self.failure), "finished": self.finished,
                 "nodes": [n.to_dict() for n in self.nodes], "energy": round_energy(self.nodes, f)}
 
     @classmethod
@@ -216,8 +225,8 @@ class RoundSummary:
         if finished is None and d.get("value") is not None:     # written before "finished" was kept whole
             finished = {"value": d.get("value"), "e2e_time": d.get("e2e_time"), "metrics": d.get("metrics") or {},
                         "checks": d.get("checks"), "env": d.get("env")}
-        return cls(d["round"], d.get("dir", ""), Status(d["status"]), d.get("duration_s") or 0.0, d.get("failure"),
-                   finished, [NodeSummary.from_dict(n) for n in d.get("nodes") or []])
+        return cls(d["round"], d.get("dir", ""), Status(d["status"]), d.get("duration_s") or 0.0,
+                   _failure(d.get("failure")), finished, [NodeSummary.from_dict(n) for n in d.get("nodes") or []])
 
 
 @dataclass
@@ -233,7 +242,7 @@ class CaseSummary:
     data_dir: str | None = None
     rounds: list = field(default_factory=list)
     each: bool = False          # nnodes "each": one independent job per host (nnodes: the number of hosts)
-    verdicts: list = field(default_factory=list)   # reference verdicts (flagperf.references.verdict), [] if none
+    verdicts: list = field(default_factory=list)   # [ReferenceVerdict] (flagperf.references), [] if none
 
     @property
     def status(self) -> Status:
@@ -277,14 +286,14 @@ class CaseSummary:
                 "data_dir": self.data_dir, "status": self.status.value, "metric": self.metric, "unit": self.unit,
                 "higher_is_better": self.head.get("higher_is_better"), "rounds_passed": len(self.passed_rounds),
                 "rounds": [r.to_dict() for r in self.rounds], "stats": self.stats,
-                **({"each": True} if self.each else {}), "verdicts": list(self.verdicts)}
+                **({"each": True} if self.each else {}), "verdicts": [v.to_dict() for v in self.verdicts]}
 
     @classmethod
     def from_dict(cls, d: dict) -> "CaseSummary":
         return cls(d["name"], d.get("key", ""), d.get("model", ""), d.get("framework", ""), d.get("hw", ""),
                    d.get("nnodes", 0), d.get("nproc", 0), d.get("repeat", 0), d.get("data_dir"),
                    [RoundSummary.from_dict(r) for r in d.get("rounds") or []], each=bool(d.get("each", False)),
-                   verdicts=list(d.get("verdicts") or []))
+                   verdicts=[ReferenceVerdict.from_dict(v) for v in d.get("verdicts") or []])
 
 
 @dataclass
@@ -302,7 +311,8 @@ class Summary:
     hosts: list = field(default_factory=list)
     host_checks: list = field(default_factory=list)    # hosts that failed their check: {host, outcome, detail, remedy}
     cases: list = field(default_factory=list)
-    rankings: list = field(default_factory=list)       # each cases: hosts and GPUs ranked (results.slownodes)
+    rankings: list = field(default_factory=list)       # [Ranking]: each cases' hosts and GPUs (results.slownodes)
+    series: str | None = None       # the monitors' time series file in the run directory (results.series)
 
     @property
     def status(self) -> Status:
@@ -314,7 +324,8 @@ class Summary:
                 "duration_s": round(self.duration_s, 3), "status": self.status.value,
                 "interrupted": self.interrupted, "vendor": self.vendor, "runtime": self.runtime,
                 "backend": self.backend, "hosts": list(self.hosts), "host_checks": list(self.host_checks),
-                "cases": [c.to_dict() for c in self.cases], "rankings": list(self.rankings)}
+                "cases": [c.to_dict() for c in self.cases], "rankings": [r.to_dict() for r in self.rankings],
+                "series": self.series}
 
     @classmethod
     def from_dict(cls, d) -> "Summary":
@@ -331,8 +342,8 @@ class Summary:
                        bool(d.get("interrupted", d.get("status") == "interrupted")), d.get("vendor", ""),
                        d.get("runtime", ""), d.get("backend", ""), list(d.get("hosts") or []),
                        list(d.get("host_checks") or []), [CaseSummary.from_dict(c) for c in d.get("cases") or []],
-                       rankings=list(d.get("rankings") or []))
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+                       rankings=[Ranking.from_dict(r) for r in d.get("rankings") or []], series=d.get("series"))
+        except (KeyError, TypeError, ValueError, AttributeError, RecordError) as exc:
             raise SummaryError(f"does not follow {SUMMARY_SCHEMA}: {type(exc).__name__}: {exc}") from None
 
     def save(self, path) -> None:

@@ -38,6 +38,8 @@ from pathlib import Path
 
 from flagperf.containers import LABEL_RUN, ContainerRun
 from flagperf.hosts.base import Process
+from flagperf.hosts.fanout import fan_out
+from flagperf.images import ImageError, ensure_image, image_spec, is_timeout
 from flagperf.runtimes.base import Runtime
 from flagperf_contract import CONTAINER_OUTPUT
 
@@ -60,15 +62,13 @@ def docker_socket() -> str:
 
 
 def _is_timeout(exc: BaseException) -> bool:
-    import requests
-    seen = set()
-    e: BaseException | None = exc
-    while e is not None and id(e) not in seen:
-        seen.add(id(e))
-        if isinstance(e, (requests.exceptions.Timeout, socket.timeout, TimeoutError)) or "timed out" in str(e):
-            return True
-        e = e.__cause__ or e.__context__
-    return False
+    return is_timeout(exc)
+
+
+def _is_gone(exc: BaseException) -> bool:
+    """The daemon answered that the container does not exist (it was removed meanwhile)."""
+    import docker
+    return isinstance(exc, docker.errors.NotFound)
 
 
 def _is_unreachable(exc: BaseException) -> bool:
@@ -321,8 +321,6 @@ class DockerRuntime(Runtime):
     def prepare_case(self, transports, case, run_dir, log):
         """Ping every host's daemon, remove containers of dead drivers of this machine, and make the vendor
         image ready on every host of the case, in parallel. Raise naming every host that failed."""
-        from flagperf.hosts.fanout import fan_out
-        from flagperf.images import ImageError, ensure_image, image_spec
         spec = image_spec(self.config, case.case.framework)
         hosts = {h.address: transports[h.address] for h in case.hosts}
 
@@ -362,7 +360,7 @@ class DockerRuntime(Runtime):
                 log.warning(f"{transport.name}: removed container {c.name} of run {c.labels.get(LABEL_RUN, '?')}, "
                             f"left behind by driver {driver} (no longer running)")
             except Exception as exc:  # noqa: BLE001
-                if "No such container" not in str(exc):
+                if not _is_gone(exc):
                     log.warning(f"{transport.name}: cannot remove container {c.name} of a killed run: {exc}")
         return removed
 
@@ -429,7 +427,6 @@ class DockerRuntime(Runtime):
 def clean(transports, run_id=None) -> dict:
     """Remove every flagperf container (of one run, or all) on every host; returns {host: [names]} (or the
     error text for a host). Every call is bounded by CONTROL_TIMEOUT_S."""
-    from flagperf.hosts.fanout import fan_out
 
     def one(address):
         client = client_for(transports[address])
@@ -447,7 +444,7 @@ def clean(transports, run_id=None) -> dict:
                 c.remove(force=True)
                 removed.append(c.name)
             except Exception as exc:  # noqa: BLE001 - the others are still removed; this one is reported
-                if "No such container" in str(exc):
+                if _is_gone(exc):
                     continue
                 errors.append(f"{c.name}: {daemon_error(exc) if _is_unreachable(exc) else exc}")
                 if _is_unreachable(exc):

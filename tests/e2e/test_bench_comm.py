@@ -54,7 +54,7 @@ def assert_check_failed(results, failing_rank):
         assert "FINISHED" not in events and events[-1] == "CHECK_FAILED", events
         details = records[-1]["checks"]["details"]
         assert records[-1]["checks"]["passed"] is False
-        assert details["inject_error"] is True
+        assert details["test_fault"] == "result"
         assert details["failed_ranks"] == [failing_rank]
         assert bool(details["failures"]) == (rank == failing_rank)
     return [perflog(out)[-1]["checks"]["details"] for _, out, _ in results]
@@ -142,11 +142,11 @@ def test_collectives_one_rank_skipped(tmp_path):
     assert_skipped(run_case(tmp_path, "collectives", 1), "collectives need at least 2 ranks")
 
 
-def test_collectives_inject_error_fails_check(tmp_path):
-    results = run_case(tmp_path, "collectives", 2, dict(FIXED, sizes=["64K", "1M"], inject_error=True))
+def test_collectives_wrong_result_fails_check(tmp_path):
+    results = run_case(tmp_path, "collectives", 2, dict(FIXED, sizes=["64K", "1M"]), fault="result")
     details = assert_check_failed(results, failing_rank=1)
     assert {(f["op"], f["size"]) for f in details[1]["failures"]} == {(op, s) for op in OPS for s in ("64K", "1M")}
-    assert all(f["max_rel_err"] > 1 for f in details[1]["failures"])  # the sign of one element was flipped
+    assert all(f["max_rel_err"] > 1 for f in details[1]["failures"])  # one element made wrong
 
 
 @pytest.mark.parametrize("model, overrides, message", [
@@ -228,8 +228,8 @@ def test_p2p_one_rank_skipped(tmp_path):
     assert_skipped(run_case(tmp_path, "p2p", 1), "p2p needs at least 2 ranks")
 
 
-def test_p2p_inject_error_fails_check(tmp_path):
-    results = run_case(tmp_path, "p2p", 2, dict(FIXED, sizes=["64K"], inject_error=True))
+def test_p2p_wrong_result_fails_check(tmp_path):
+    results = run_case(tmp_path, "p2p", 2, dict(FIXED, sizes=["64K"]), fault="result")
     details = assert_check_failed(results, failing_rank=1)
     assert {(f["mode"], f["size"], f["mismatches"]) for f in details[1]["failures"]} == {("uni", "64K", 1),
                                                                                         ("bi", "64K", 1)}

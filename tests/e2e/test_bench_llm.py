@@ -68,8 +68,8 @@ def test_llm_corpus_with_a_bad_header_is_a_config_error(tmp_path):
     assert rc == 2 and "tokens.json: dtype must be one of" in err, err
 
 
-def test_llm_inject_error_fails_its_check(tmp_path):
-    results = run_case(tmp_path, "llm", 2, {"inject_error": True, "time_budget_s": 2})
+def test_llm_unreachable_target_fails_its_check(tmp_path):
+    results = run_case(tmp_path, "llm", 2, {"time_budget_s": 2}, fault="target")
     for rc, out, err in results:
         assert rc == 3, err
         rec = perflog(out)[-1]

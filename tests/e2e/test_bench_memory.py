@@ -88,8 +88,8 @@ def test_gemm_int8_fp8_direct_and_peaks(tmp_path, nproc):
         assert not any(name.endswith("_total") for name in m)
 
 
-def test_gemm_int8_inject_error_fails_exactly(tmp_path):
-    results = run_case(tmp_path, "gemm", 1, dict(GEMM_SMALL, dtypes=["int8"], inject_error=True))
+def test_gemm_int8_wrong_result_fails_exactly(tmp_path):
+    results = run_case(tmp_path, "gemm", 1, dict(GEMM_SMALL, dtypes=["int8"]), fault="result")
     # torch 2.13 (the pinned build) has int8 _int_mm on CPU; a build without it would leave nothing to run.
     assert "gemm: skipping int8" not in results[0][1], results[0][1]
     (failed,) = expect_check_failed(results)
@@ -159,13 +159,13 @@ def test_devmem(tmp_path, nproc):
         assert not any(name.endswith(("_total", "_min_rank")) for name in m)
 
 
-def test_devmem_inject_error_fails_check(tmp_path):
+def test_devmem_wrong_result_fails_check(tmp_path):
     # explicit iters and repeats: fixed counts, the budget is not used
-    results = run_case(tmp_path, "devmem", 2, {"sizes_mib": [4], "warmup": 1, "iters": 2, "repeats": 2,
-                                               "inject_error": True})
+    results = run_case(tmp_path, "devmem", 2, {"sizes_mib": [4], "warmup": 1, "iters": 2, "repeats": 2},
+                       fault="result")
     for failed in expect_check_failed(results):
         details = failed["checks"]["details"]
-        assert details["mismatches"] == {"4mib": 1} and details["inject_error"] is True
+        assert details["mismatches"] == {"4mib": 1} and details["test_fault"] == "result"
         assert details["failed_on_some_rank"] is True and details["problems"]
         assert details["counts"]["4mib"] == {"mode": "fixed", "warmup": 1, "iters": 2, "repeats": 2,
                                              "measured_s": details["counts"]["4mib"]["measured_s"]}

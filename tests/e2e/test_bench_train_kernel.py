@@ -52,7 +52,8 @@ def test_stream_nvcc_budget_defaults():
     script = ("import contextlib, io, json\n"
               "with contextlib.redirect_stdout(io.StringIO()):\n"
               "    import main\n"
-              "print(json.dumps(main.read_config({})))\n")
+              "t = main.read_config({})['timing']\n"
+              "print(json.dumps({'time_budget_s': t.budget_s, 'iters': t.iters, 'repeats': t.repeats}))\n")
     proc = subprocess.run([sys.executable, "-c", script], cwd=BENCH / "stream_nvcc", env=dict(os.environ, RANK="0"),
                           capture_output=True, text=True, check=False, timeout=120)
     assert proc.returncode == 0, proc.stderr
@@ -149,8 +150,8 @@ def test_resnet50(tmp_path, nproc):
     assert steps[-1]["accuracy"] == m["eval_accuracy"]["value"] and steps[0]["loss"] > steps[-1]["loss"]
 
 
-def test_resnet50_inject_error_fails_check(tmp_path):
-    results = run_case(tmp_path, "resnet50", 1, {"inject_error": True, "max_steps": 20, "eval_every": 10})
+def test_resnet50_unreachable_target_fails_check(tmp_path):
+    results = run_case(tmp_path, "resnet50", 1, {"max_steps": 20, "eval_every": 10}, fault="target")
     rc, out, err = results[0]
     assert rc == 3, f"exited {rc}\nstdout:\n{out}\nstderr:\n{err}"
     records = perflog(out)

@@ -248,7 +248,7 @@ def test_a_host_that_streams_without_end_or_stalls_does_not_hang_the_driver(tmp_
         t0 = time.monotonic()
         with pytest.raises(HostError, match="sent nothing for 2 s"):
             within(60, tr.fetch_tree, str(host_dir), dest)
-        assert time.monotonic() - t0 < 20
+        assert time.monotonic() - t0 < 45       # the 2 s idle timeout, not the 300 s of silence
         script(fakebin / "find", "#!/bin/sh\nexec cat /dev/zero\n")                   # an endless listing
         with pytest.raises(HostError, match="printed more than|timed out"):
             within(200, tr.fetch_tree, str(host_dir), dest)

@@ -4,7 +4,6 @@ what the multi-node docker-runtime tests need.  The first run builds the images 
 
 import contextlib
 import os
-import time
 
 from testbed import dockerenv
 
@@ -25,27 +24,21 @@ def test_daemon_answers_and_images_exist(docker_env):
 
 
 def test_torch_imports_in_a_host_network_container(docker_env, docker_clean):
-    t0 = time.monotonic()
+    # how long it takes: bench/testbed_perf.py
     out = docker_env.client.containers.run(
         docker_env.torch_image, ["python3", "-c", "import torch; print(torch.__version__)"],
         network_mode="host", remove=True, labels={dockerenv.RUN_LABEL: "test-dockerenv"})
-    elapsed = time.monotonic() - t0
-    print(f"import torch in a container: {elapsed:.1f} s")
     assert out.decode().strip().startswith(dockerenv.TORCH_VERSION), out
-    assert elapsed < 60
 
 
 def test_two_gloo_ranks_in_two_containers_all_reduce(docker_env, docker_clean):
-    t0 = time.monotonic()
+    # bounded by the timeout of each container's wait; how long it takes: bench/testbed_perf.py
     results = dockerenv.run_gloo_allreduce(docker_env.client, docker_env.torch_image, world_size=2, timeout=120,
                                            label="test-dockerenv-gloo")
-    elapsed = time.monotonic() - t0
-    print(f"2-rank gloo all_reduce in 2 containers: {elapsed:.1f} s")
     assert len(results) == 2
     for rank, (code, output) in enumerate(results):
         assert code == 0, f"rank {rank}: exit {code}\n{output}"
         assert f"ALLREDUCE {rank} 3.0" in output, f"rank {rank}:\n{output}"     # 1 + 2
-    assert elapsed < 120
     label = f"{dockerenv.RUN_LABEL}=test-dockerenv-gloo"
     assert docker_env.client.containers.list(all=True, filters={"label": label}) == []
 

@@ -67,7 +67,8 @@ def test_report_html_of_a_real_run(tmp_path, chromium):
     assert data.startswith(PNG) and len(data) > 20_000
     if os.environ.get("FLAGPERF_SCREENSHOT"):       # keep it to look at
         shutil.copyfile(shot, os.environ["FLAGPERF_SCREENSHOT"])
-    # flagperf report --html makes it again from summary.json and the node directories
+    # flagperf report --html makes it again from summary.json and the series.json it names
+    assert (run / "series.json").is_file()
     html.unlink()
     code, out, err = run_cli(["report", run, "--html"])
     assert code == 0, out + err
@@ -79,10 +80,12 @@ def test_report_html_of_a_real_run(tmp_path, chromium):
 
 def test_hostile_strings_stay_text_in_the_browser(tmp_path, chromium):
     from flagperf.reporters.html import HtmlReporter
+    from flagperf.results.series import summarise_series
 
     evil = "<script>document.title='pwned-script'</script>"
     evil_img = "<img src=x onerror=\"document.title='pwned-img'\">"
     s = hostile_summary(tmp_path, evil=evil, evil_img=evil_img)
+    s.series = summarise_series(s, tmp_path)        # the monitor plots too, with the hostile node names
     rep = HtmlReporter()
     path = rep.write(s, tmp_path)
     rendered = browser.render(path, chromium=chromium)

@@ -59,7 +59,7 @@ def bed(tmp_path):
 
 
 def test_bed_self_check_files_and_clean_stop(bed, tmp_path):
-    assert bed.start_seconds < 20
+    assert bed.start_seconds < 120          # a hang catcher; how long it takes: bench/testbed_perf.py
     results = bed.self_check(repeat=3)
     assert [r["address"] for r in results] == ["127.0.0.2", "127.0.0.3", "127.0.0.4"]
     if bed.isolation == "unshare":

@@ -1,6 +1,7 @@
 """Host checks: the pure reading of a probe's answer, and how probe failures are named."""
 
 import json
+import logging
 from types import SimpleNamespace
 
 import pytest
@@ -25,7 +26,8 @@ def answer(python=(3, 11, 7), torch="2.13.0", gpus=0, exists=True, writable=True
 
 def judge(stdout, vendor=CPU, runtime="bare", need=0, returncode=0, stderr=""):
     return interpret_probe("h", "python3", returncode, stdout, stderr, fp=FP, launcher_dir=LAUNCHER,
-                           result_root=ROOT, need=need, vendor=vendor, runtime=runtime)
+                           result_root=ROOT, need=need, vendor=vendor, runtime=runtime,
+                           in_container=runtime == "docker")
 
 
 def test_ok_host():
@@ -121,8 +123,10 @@ def test_collect_max_bytes_reaches_the_transport():
             seen["cap"] = max_bytes
             return 0, 0
 
-    backend = HostListBackend.__new__(HostListBackend)
-    backend.config = SimpleNamespace(test=SimpleNamespace(collect_max_bytes=12345))
+    from flagperf.backends.hostlist_options import HostListOptions
+    config = SimpleNamespace(test=SimpleNamespace(runtime="bare", collect_max_bytes=12345),
+                             cluster=SimpleNamespace(options=HostListOptions()))
+    backend = HostListBackend(config, logging.getLogger("test"))
     backend.transports = {"h": Transport()}
     node = SimpleNamespace(host=SimpleNamespace(address="h"), node_dir="/x", local_dir="/y", label="h_noderank0")
     assert backend.collect(node) == (0, 0) and seen["cap"] == 12345

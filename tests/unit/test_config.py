@@ -273,7 +273,7 @@ def test_relative_paths_resolve_against_the_file_folder(tmp_path, write, monkeyp
     assert h1.ssh_key == str(clusters / "keys" / "host_key")
     assert h1.flagperf_path == str(clusters / "deploy")
     assert h0.flagperf_path == cfg.test.flagperf_path
-    assert cfg.cluster.known_hosts == str(clusters / "known")
+    assert cfg.cluster.options.known_hosts == str(clusters / "known")
     assert not (elsewhere / "result").exists() and not (tmp_path / "conf" / "result").exists()
 
 
@@ -340,7 +340,7 @@ def test_cluster_defaults_without_cluster_keys(tmp_path, write):
     assert local.ssh_user is remote.ssh_user is None
     assert local.ssh_key is None and remote.ssh_key is None
     assert cfg.cluster.master_port == 29501
-    assert cfg.cluster.known_hosts == str(Path("~/.ssh/known_hosts").expanduser())
+    assert cfg.cluster.options.known_hosts == str(Path("~/.ssh/known_hosts").expanduser())
 
 
 def test_defaults(tmp_path, write):

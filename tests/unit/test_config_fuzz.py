@@ -208,7 +208,7 @@ def test_base_configs_load(tmp_path):
     assert problems == [] and profile is not None
 
 
-def test_fuzz_config_loading(tmp_path):
+def test_fuzz_config_loading(tmp_path, record_property):
     """Seeded mutations of every kind of config file; each must load or fail with one-line problems."""
     rng = random.Random(SEED)
     failures = Path(tempfile.mkdtemp(prefix="flagperf-fuzz-failures-"))
@@ -260,7 +260,8 @@ def test_fuzz_config_loading(tmp_path):
     for kind, n in plan:        # the fuzzer both breaks configs and leaves some intact
         assert counts.get((kind, "error"), 0) > n // 10, counts
         assert counts.get((kind, "ok"), 0) > 0, counts
-    assert cpu < 45, f"the fuzz run took {cpu:.1f} s of CPU"
+    record_property("cpu_seconds", cpu)         # bench/bounds.py prints it
+    assert cpu < 120, f"the fuzz run took {cpu:.1f} s of CPU"     # catches a blow-up (an alias bomb), not speed
 
 
 def fixture_names(kind="test"):

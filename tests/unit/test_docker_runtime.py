@@ -55,7 +55,7 @@ def test_silent_daemon_is_a_daemon_error_within_the_timeout(silent_socket, monke
     t0 = time.monotonic()
     with pytest.raises(rt.DaemonError) as info:
         rt.client_for(_Transport(), timeout=1)
-    assert time.monotonic() - t0 < 5
+    assert time.monotonic() - t0 < rt.CONTROL_TIMEOUT_S - 1    # the 1 s asked for, not the default 10 s
     assert str(info.value) == f"Docker daemon at {silent_socket} did not answer within 1 s"
 
 
@@ -83,10 +83,9 @@ def test_a_call_that_times_out_marks_the_daemon_and_later_calls_are_skipped():
 
     with pytest.raises(rt.DaemonError, match=r"did not answer within 10 s \(logs\)"):
         runtime._call(_Transport(), "logs", hang)
-    t0 = time.monotonic()
     with pytest.raises(rt.DaemonError, match=r"did not answer within 10 s; remove skipped"):
         runtime._call(_Transport(), "remove", hang)
-    assert calls == ["hang"] and time.monotonic() - t0 < 0.5
+    assert calls == ["hang"]            # skipped: the second call never reached the daemon
 
 
 def test_an_api_answer_is_not_a_daemon_failure():

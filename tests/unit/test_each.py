@@ -164,15 +164,15 @@ def test_one_host_failing_stops_no_other_host(tmp_path):
     assert c.each and c.nnodes == 3 and c.status == "failed"
     (r,) = c.rounds
     assert r.status == "failed"
-    assert r.failure["reason"] == "h2_noderank0: rank 1 failed (exit code 5)"
-    assert r.failure["node"] == "h2_noderank0" and r.failure["nodes"] == ["h2_noderank0"]
+    assert r.failure.reason == "h2_noderank0: rank 1 failed (exit code 5)"
+    assert r.failure.node == "h2_noderank0" and r.failure.nodes == ("h2_noderank0",)
     for label in ("localhost_noderank0", "h3_noderank0"):
         assert backend.launchers[(NAME, 1, label)].signals == []          # never stopped
     st = {n.host: (n.status, n.launcher_exit, (n.finished or {}).get("value")) for n in r.nodes}
     assert st == {"localhost": ("passed", 0, 100.0), "h2": ("failed", 1, None), "h3": ("passed", 0, 101.0)}
     assert any("h2_noderank0 failed; the other hosts go on" in line for line in said), said
     (ranking,) = s.rankings
-    assert [e["host"] for e in ranking["entries"]] == ["h3", "localhost"] and ranking["failed_hosts"] == ["h2"]
+    assert [e.host for e in ranking.entries] == ["h3", "localhost"] and ranking.failed_hosts == ("h2",)
 
 
 def test_a_host_that_cannot_start_stops_no_other_host(tmp_path):
@@ -190,7 +190,7 @@ def test_a_host_that_cannot_start_stops_no_other_host(tmp_path):
     assert code == EXIT_CASE_FAILED and r.status == "error"
     st = {n.host: n.status for n in r.nodes}
     assert st == {"localhost": "passed", "h2": "error", "h3": "passed"}
-    assert r.failure["reason"] == "h2_noderank0: h2_noderank0: cannot prepare the node: disk full"
+    assert r.failure.reason == "h2_noderank0: h2_noderank0: cannot prepare the node: disk full"
     assert ("spawn_launcher", NAME, 1, "h3_noderank0") in backend.calls
     assert ("spawn_launcher", NAME, 1, "h2_noderank0") not in backend.calls
     assert ("cleanup_node", NAME, 1, "h2_noderank0") in backend.calls
@@ -213,7 +213,7 @@ def test_outlier_host_passes_the_case_and_fails_the_run(tmp_path):
     assert code == EXIT_CASE_FAILED
     assert s.status == "passed" and s.cases[0].status == "passed"
     (ranking,) = s.rankings
-    assert [(e["host"], e["outlier"]) for e in ranking["entries"]] == [
+    assert [(e.host, e.outlier) for e in ranking.entries] == [
         ("h2", False), ("localhost", False), ("h3", True)]
     assert any(line.startswith(f"ERROR: OUTLIER: {NAME}: host h3: 50 TFLOPS") for line in said), said
     report = (plan.run_dir / "report.md").read_text()
@@ -223,7 +223,7 @@ def test_outlier_host_passes_the_case_and_fails_the_run(tmp_path):
     # the same hosts, all healthy: exit 0
     scripts["h3"] = value_script(99.0)
     code, s, *_ = run(tmp_path / "ok", [KEY], FakeBackend(scripts=by_host(scripts)))
-    assert code == EXIT_OK and not any(e["outlier"] for e in s.rankings[0]["entries"])
+    assert code == EXIT_OK and not any(e.outlier for e in s.rankings[0].entries)
 
 
 def test_plain_cases_have_no_rankings_and_no_per_node_status(tmp_path):

@@ -1,17 +1,20 @@
-"""report.html (flagperf/reporters/html.py) on hand-built summaries and node directories: contents, plots,
-verdicts, rankings, escaping of everything a host wrote, bounds, and `flagperf report --html`.
+"""report.html (flagperf/reporters/html.py) on hand-built summaries and node directories, summarised into
+series.json (flagperf/results/series.py) as a run does: contents, plots, verdicts, rankings, escaping of everything
+a host wrote, bounds, a damaged or missing series.json, and `flagperf report --html`.
 (tests/e2e/test_html_report.py renders it in a real browser.)"""
 import json
 import os
 import re
+import shutil
 from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from flagperf.reporters import reporter, write_reports
-from flagperf.reporters.html import (MAX_GPU_ROWS, MAX_TRACE_POINTS, HtmlReporter, ReportError, downsample, num,
-                                     status_text, verdict_band)
+from flagperf.records import Failure, Ranking, ReferenceVerdict
+from flagperf.reporters import ReportOutcome, reporter, write_reports
+from flagperf.reporters.html import MAX_GPU_ROWS, HtmlReporter, ReportError, num, status_text, verdict_band
 from flagperf.results.interpret import Status
+from flagperf.results.series import MAX_TRACE_POINTS, SERIES_FILE, downsample, load_series, summarise_series
 from flagperf.results.summary import CaseSummary, NodeSummary, RoundSummary, Summary
 
 T0 = datetime(2026, 1, 2, 10, 0, 0, tzinfo=timezone.utc)
@@ -88,16 +91,18 @@ def make_summary(run_dir, hostile=False, evil=EVIL, evil_img=EVIL_IMG) -> Summar
     passed = CaseSummary(CASE, "gemm:pytorch:local:1:2:2", "gemm", "pytorch", "local", 1, 2, 2, None, rounds)
     failed = CaseSummary("llm-pytorch-local-1x2", "llm:pytorch:local:1:2:1", "llm", "pytorch", "local", 1, 2, 1,
                          None, [RoundSummary(1, "llm-pytorch-local-1x2/round1", Status.FAILED, 4.0,
-                                             {"reason": f"rank 0 failed on {host}", "node": nd, "rank": 0,
-                                              "exit_code": 1, "log": "/r/rank0.out.log",
-                                              "last_lines": ["step 1", f"</pre>{evil}" if hostile else "boom"]})])
+                                             Failure(f"rank 0 failed on {host}", nd, 0, 1, "/r/rank0.out.log",
+                                                     ("step 1", f"</pre>{evil}" if hostile else "boom")))])
     return Summary("run20260102100000-abcdef", str(run_dir), "9.9", iso(0), iso(60), 60.0, vendor="nvidia",
                    runtime="bare", backend="ssh", hosts=[host], cases=[passed, failed])
 
 
 def render(summary, run_dir):
+    """report.html as a run leaves it: the node directories summarised into series.json, then the page."""
+    assert summary.run_dir == str(run_dir)
+    summary.series = summarise_series(summary, run_dir)
     rep = HtmlReporter()
-    return rep, rep.render(summary, run_dir)
+    return rep, rep.render(summary)
 
 
 def strip_plotlyjs(text):
@@ -242,7 +247,7 @@ def verdict(metric, measured, expected, tolerance=0.1, result="within", ok=True,
          "source": "docs/results/h200.md", "reference": "vendors/nvidia/references/h200.yaml",
          "deviation": None if measured is None else measured / expected - 1, "result": result, "ok": ok}
     v.update(kw)
-    return v
+    return ReferenceVerdict.from_dict(v)
 
 
 def test_verdicts_table_and_reference_band(tmp_path):
@@ -288,13 +293,13 @@ def test_verdict_not_measured_draws_no_band(tmp_path):
 
 def ranking(evil=False):
     host = EVIL if evil else "h2"
-    return {"case": CASE, "metric": "tflops_fp32", "unit": "TFLOP/s", "higher_is_better": True,
+    return Ranking.from_dict({"case": CASE, "metric": "tflops_fp32", "unit": "TFLOP/s", "higher_is_better": True,
             "rule": "score > 3.5", "median": 11.0, "failed_hosts": ["h9"],
             "entries": [{"host": "h1", "gpu": None, "value": 12.0, "score": -0.4, "outlier": False, "rank": 1},
                         {"host": host, "gpu": None, "value": 3.0, "score": 9.1, "outlier": True, "rank": 2},
                         {"host": "h1", "gpu": 0, "value": 6.0, "score": 0.0, "outlier": False, "rank": 1},
                         {"host": "h1", "gpu": 1, "value": 6.0, "score": 0.0, "outlier": False, "rank": 1},
-                        {"host": host, "gpu": 0, "value": 1.5, "score": 8.0, "outlier": True, "rank": 1}]}
+                        {"host": host, "gpu": 0, "value": 1.5, "score": 8.0, "outlier": True, "rank": 1}]})
 
 
 def test_rankings_table_and_bars(tmp_path):
@@ -334,9 +339,11 @@ def hostile_summary(run_dir, evil=EVIL, evil_img=EVIL_IMG) -> Summary:
     check details, verdict texts, ranking entries) set to ``evil`` or ``evil_img``."""
     s = make_summary(run_dir, hostile=True, evil=evil, evil_img=evil_img)
     s.cases[0].verdicts = [verdict(evil_img, 1.0, 2.0, result=evil, source=evil, note=evil_img, unit=evil)]
-    s.rankings = [{"case": evil, "metric": evil_img, "unit": evil, "rule": evil, "failed_hosts": [evil],
-                   "entries": [{"host": evil, "gpu": evil, "value": 1.0, "score": evil, "outlier": True,
-                                "rank": evil}, {"host": evil, "gpu": 0, "value": 2.0, "outlier": False}]}]
+    s.rankings = [Ranking.from_dict({"case": evil, "metric": evil_img, "unit": evil, "rule": evil,
+                                     "failed_hosts": [evil],
+                                     "entries": [{"host": evil, "gpu": evil, "value": 1.0, "score": evil,
+                                                  "outlier": True, "rank": evil},
+                                                 {"host": evil, "gpu": 0, "value": 2.0, "outlier": False}]})]
     s.host_checks = [{"host": evil, "outcome": "timeout", "detail": evil_img, "remedy": evil}]
     return s
 
@@ -365,10 +372,11 @@ def test_num_escapes_strings():
 # ------------------------------------------------------------------------------------------------- writing
 def test_written_with_every_run_atomically(tmp_path):
     s = make_summary(tmp_path)
-    out = dict(write_reports(s, tmp_path))
-    assert out["html"] == tmp_path / "report.html"
-    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]       # no temporary file left
-    assert (tmp_path / "report.html").read_text(encoding="utf-8") == reporter("html").render(s, tmp_path)
+    s.series = summarise_series(s, tmp_path)
+    out = {o.name: o for o in write_reports(s, tmp_path)}
+    assert out["html"] == ReportOutcome("html", tmp_path / "report.html", None)
+    assert not [p for p in tmp_path.iterdir() if ".tmp." in p.name]           # no temporary file left
+    assert (tmp_path / "report.html").read_text(encoding="utf-8") == reporter("html").render(s)
     assert 1_000_000 < (tmp_path / "report.html").stat().st_size < 8_000_000
 
 
@@ -377,8 +385,8 @@ def test_missing_plotly_is_a_report_error(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "plotly.offline", None)       # import plotly.offline raises ImportError
     with pytest.raises(ReportError, match="plotly is not installed"):
         HtmlReporter().write(make_summary(tmp_path), tmp_path)
-    (name, where), = [(n, w) for n, w in write_reports(make_summary(tmp_path), tmp_path) if n == "html"]
-    assert isinstance(where, str) and where.startswith("cannot write report.html: plotly is not installed")
+    (html,) = [o for o in write_reports(make_summary(tmp_path), tmp_path) if o.name == "html"]
+    assert html.path is None and html.error.startswith("cannot write report.html: plotly is not installed")
     assert not (tmp_path / "report.html").exists()
 
 
@@ -394,10 +402,112 @@ def test_cli_report_html(tmp_path, run_cli):
     rc, out, err = run_cli("report", run_dir, "--html", cwd=tmp_path)
     assert rc == 0, err
     assert out.strip() == str(run_dir / "report.html")
-    assert (run_dir / "report.html").read_text(encoding="utf-8") == HtmlReporter().render(s, run_dir)
+    assert (run_dir / SERIES_FILE).is_file()       # summary.json named no series: the node directories read now
+    s.series = summarise_series(s, run_dir)
+    assert (run_dir / "report.html").read_text(encoding="utf-8") == HtmlReporter().render(s)
     assert (run_dir / "report.md").is_file()
     (run_dir / "report.html").unlink()
     (run_dir / "report.html").mkdir()              # cannot be replaced: the reason on stderr, exit 1
     rc, out, err = run_cli("report", run_dir, "--html", cwd=tmp_path)
     assert rc == 1 and out == "" and err.startswith("flagperf: cannot write report.html: "), (out, err)
     assert [p.name for p in run_dir.iterdir() if p.name.startswith(".")] == []     # the temporary file removed
+
+
+# ------------------------------------------------------------------------------------------------- series.json
+def test_plots_come_from_series_json_alone(tmp_path):
+    s = make_summary(tmp_path)
+    rep, before = render(s, tmp_path)
+    assert s.series == SERIES_FILE and len(rep.figures) == 3
+    shutil.rmtree(tmp_path / CASE)                  # the node directories are gone: series.json holds the plots
+    after = HtmlReporter()
+    path = after.write(s, tmp_path)
+    assert path.read_text(encoding="utf-8") == before
+    assert [fig.to_json() for _, fig in after.figures] == [fig.to_json() for _, fig in rep.figures]
+
+
+def test_series_json_is_small_and_bounded(tmp_path):
+    s = make_summary(tmp_path)
+    d = tmp_path / CASE / "round1" / "localhost_noderank0"
+    (d / "cpu_monitor.log").write_text("".join(f"{iso(i * 0.01)} util_pct={i % 100}\n" for i in range(50_000)))
+    render(s, tmp_path)
+    data = json.loads((tmp_path / SERIES_FILE).read_text())
+    assert data["schema"] == "flagperf.series/1" and data["run_id"] == s.run_id
+    assert [(n["case"], n["round"], n["node"]) for n in data["nodes"]] == [
+        ("gemm:pytorch:local:1:2:2", 1, "localhost_noderank0"), ("gemm:pytorch:local:1:2:2", 2, "localhost_noderank0")]
+    assert all(len(t["x"]) <= MAX_TRACE_POINTS for n in data["nodes"] for t in n["traces"])
+    assert (tmp_path / SERIES_FILE).stat().st_size < 200_000
+
+
+def test_a_run_without_monitor_data_has_no_series(tmp_path):
+    s = make_summary(tmp_path)
+    shutil.rmtree(tmp_path / CASE)
+    assert summarise_series(s, tmp_path) is None and not (tmp_path / SERIES_FILE).exists()
+    assert summarise_series(Summary("r1", str(tmp_path), "1", iso(0)), tmp_path) is None
+
+
+def _damage_truncated(path):
+    path.write_text(path.read_text()[:1000])
+
+
+def _damage_schema(path):
+    path.write_text(path.read_text().replace("flagperf.series/1", "flagperf.series/9"))
+
+
+def _damage_lengths(path):
+    data = json.loads(path.read_text())
+    data["nodes"][0]["traces"][0]["x"].append(99.0)
+    path.write_text(json.dumps(data))
+
+
+def _damage_value(path):
+    data = json.loads(path.read_text())
+    data["nodes"][1]["traces"][2]["y"][0] = "<script>alert(1)</script>"
+    path.write_text(json.dumps(data))
+
+
+def _damage_other_run(path):
+    data = json.loads(path.read_text())
+    data["run_id"] = "run20990101000000-000000"
+    path.write_text(json.dumps(data))
+
+
+def _damage_fifo(path):
+    path.unlink()
+    os.mkfifo(path)                                 # opening it for reading would block: never opened
+
+
+def _damage_binary(path):
+    path.write_bytes(b"\xff\xfe\x00garbage")
+
+
+def _damage_gone(path):
+    path.unlink()
+
+
+@pytest.mark.parametrize("damage", [_damage_truncated, _damage_schema, _damage_lengths, _damage_value,
+                                    _damage_other_run, _damage_fifo, _damage_binary, _damage_gone])
+def test_a_damaged_series_json_is_a_page_without_monitor_plots(tmp_path, damage):
+    s = make_summary(tmp_path)
+    s.series = summarise_series(s, tmp_path)
+    damage(tmp_path / SERIES_FILE)
+    assert load_series(s, tmp_path) is None
+    rep = HtmlReporter()
+    text = rep.write(s, tmp_path).read_text(encoding="utf-8")
+    assert len(rep.figures) == 1                    # the headline metric per round only
+    assert text.count("No monitor data in its node directory.") == 2 and "1 plot(s)" in text
+
+
+@pytest.mark.parametrize("name", ["../series.json", "/etc/passwd", "sub/series.json", ".series.json", "summary.md"])
+def test_a_series_name_outside_the_run_directory_is_not_read(tmp_path, name):
+    s = make_summary(tmp_path)
+    summarise_series(s, tmp_path)
+    s.series = name
+    assert load_series(s, tmp_path) is None
+
+
+def test_series_json_that_cannot_be_written_is_an_oserror(tmp_path):
+    s = make_summary(tmp_path)
+    (tmp_path / SERIES_FILE).mkdir()                # cannot be replaced
+    with pytest.raises(OSError):
+        summarise_series(s, tmp_path)
+    assert not [p for p in tmp_path.iterdir() if ".tmp." in p.name]

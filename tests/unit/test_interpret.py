@@ -3,11 +3,20 @@ import pytest
 
 from flagperf.results.interpret import (NodeEvidence, RoundEvidence, Status, Verdict, Wait, WaitEnd, case_status,
                                         describe_exit, interpret_round, run_status)
+from flagperf.records import Failure
 from flagperf_contract import Finished, RankRecord, RankReport
 
 from tests.unit.fakebackend import check_failed_record, finished_record, skipped_record
 
 N0, N1 = "h0_noderank0", "h1_noderank1"
+
+
+def failure_dict(v: Verdict) -> dict:
+    return v.failure.to_dict()
+
+
+def verdict(status, failure: dict) -> Verdict:
+    return Verdict(status, Failure.from_dict(failure))
 
 
 def rec(rank, code=0, stopped=False, local=None):
@@ -73,14 +82,14 @@ WAIT_STATUS = [(WaitEnd.INTERRUPTED, Status.INTERRUPTED, "interrupted by the use
 def test_wait_end_without_failed_rank(end, status, reason):
     # even with a valid FINISHED: the wait decides
     v = interpret_round(evidence(end, records=[FIN], reason=reason))
-    assert v == Verdict(status, {"reason": reason})
+    assert v == verdict(status, {"reason": reason})
 
 
 @pytest.mark.parametrize("end, status, reason", WAIT_STATUS)
 def test_wait_end_with_no_nodes_read(end, status, reason):
     v = interpret_round(evidence(end, nodes=[node(report_=None, problem="host h0: /x/ranks.json: missing",
                                                   exit_=None)], reason=reason))
-    assert v.status == status and v.failure == {"reason": reason}
+    assert v.status == status and v.failure.to_dict() == {"reason": reason}
 
 
 @pytest.mark.parametrize("end, status, reason", WAIT_STATUS)
@@ -88,15 +97,15 @@ def test_wait_end_with_failed_rank(end, status, reason):
     n = node(ranks=(0, 1), report_=report(0, rec(0, 0), rec(1, 9), first=1), exit_=1)
     v = interpret_round(evidence(end, nodes=[n], reason=reason))
     assert v.status == status
-    assert v.failure == {"reason": f"{reason}; rank 1 had failed (exit code 9)", "node": N0, "rank": 1,
-                         "exit_code": 9, "log": f"/run/{N0}/rank1.out.log",
-                         "last_lines": ["rank 1 line 1", "rank 1 line 2"]}
+    assert failure_dict(v) == {"reason": f"{reason}; rank 1 had failed (exit code 9)", "node": N0, "rank": 1,
+                               "exit_code": 9, "log": f"/run/{N0}/rank1.out.log",
+                               "last_lines": ["rank 1 line 1", "rank 1 line 2"]}
 
 
 def test_timeout_ignores_ranks_stopped_by_the_launcher():
     n = node(ranks=(0, 1), report_=report(0, rec(0, -15, stopped=True), rec(1, -15, stopped=True)), exit_=143)
     v = interpret_round(evidence(WaitEnd.TIMEOUT, nodes=[n], reason="round exceeded CASE_TIMEOUT (1 s)"))
-    assert v == Verdict(Status.TIMEOUT, {"reason": "round exceeded CASE_TIMEOUT (1 s)"})
+    assert v == verdict(Status.TIMEOUT, {"reason": "round exceeded CASE_TIMEOUT (1 s)"})
 
 
 # ------------------------------------------------------------------------------------------------- failed rank
@@ -106,34 +115,34 @@ def test_failed_rank_flagged_first_by_the_launcher():
     v = interpret_round(evidence(WaitEnd.NODE_FAILED, nodes=[n0, n1], reason=f"node {N0} failed",
                                  failed_node=N0))
     assert v.status == Status.FAILED
-    assert v.failure["reason"] == "rank 1 failed (exit code 4)"
-    assert (v.failure["node"], v.failure["rank"], v.failure["exit_code"]) == (N0, 1, 4)
+    assert v.failure.reason == "rank 1 failed (exit code 4)"
+    assert (v.failure.node, v.failure.rank, v.failure.exit_code) == (N0, 1, 4)
 
 
 def test_first_failure_on_another_node_wins_over_an_unflagged_one():
     n0 = node(N0, 0, (0,), report(0, rec(0, 6)), exit_=1)                    # not flagged first
     n1 = node(N1, 1, (1,), report(1, rec(1, 2, local=0), first=1), exit_=1)
     v = interpret_round(evidence(WaitEnd.NODE_FAILED, nodes=[n0, n1], failed_node=N1))
-    assert (v.failure["node"], v.failure["rank"]) == (N1, 1)
+    assert (v.failure.node, v.failure.rank) == (N1, 1)
 
 
 def test_first_failure_naming_an_unknown_rank_falls_back_to_any_failed_rank():
     n0 = node(N0, 0, (0, 1), report(0, rec(0, 0), rec(1, 3), first=7), exit_=1)
     v = interpret_round(evidence(WaitEnd.NODE_FAILED, nodes=[n0], failed_node=N0))
-    assert v.status == Status.FAILED and v.failure["rank"] == 1 and v.failure["exit_code"] == 3
+    assert v.status == Status.FAILED and v.failure.rank == 1 and v.failure.exit_code == 3
 
 
 def test_failed_rank_even_when_every_launcher_exited_0():
     n = node(ranks=(0,), report_=report(0, rec(0, 3)), exit_=0)
     v = interpret_round(evidence(nodes=[n], records=[check_failed_record()]))
-    assert v.status == Status.FAILED and v.failure["reason"] == "rank 0 failed (exit code 3)"
+    assert v.status == Status.FAILED and v.failure.reason == "rank 0 failed (exit code 3)"
 
 
 def test_rank_killed_by_signal():
     n = node(report_=report(0, rec(0, -9), first=0), exit_=1)
     v = interpret_round(evidence(WaitEnd.NODE_FAILED, nodes=[n], failed_node=N0))
-    assert v.failure["reason"] == "rank 0 failed (killed by SIGKILL (exit code -9))"
-    assert v.failure["exit_code"] == -9
+    assert v.failure.reason == "rank 0 failed (killed by SIGKILL (exit code -9))"
+    assert v.failure.exit_code == -9
 
 
 def test_rank_without_exit_code_is_not_a_failure():
@@ -148,28 +157,28 @@ def test_node_failed_without_ranks_json():
     v = interpret_round(evidence(WaitEnd.NODE_FAILED, nodes=[ok_node(), bad], reason=f"node {N1} failed",
                                  failed_node=N1))
     assert v.status == Status.FAILED
-    assert v.failure == {"reason": f"node {N1} failed; host h1: /run/h1_noderank1/ranks.json: missing",
-                         "node": N1, "exit_code": 2, "log": f"/run/{N1}/launcher.out.log",
-                         "last_lines": ["Traceback", "SyntaxError: bad"]}
+    assert failure_dict(v) == {"reason": f"node {N1} failed; host h1: /run/h1_noderank1/ranks.json: missing",
+                               "node": N1, "exit_code": 2, "log": f"/run/{N1}/launcher.out.log",
+                               "last_lines": ["Traceback", "SyntaxError: bad"]}
 
 
 def test_node_failed_with_ranks_that_all_exited_0():
     n = node(report_=report(0, rec(0, 0)), exit_=137, output_tail=("killed",))
     v = interpret_round(evidence(WaitEnd.NODE_FAILED, nodes=[n], reason=f"node {N0} failed", failed_node=N0))
-    assert v.failure == {"reason": f"node {N0} failed", "node": N0, "exit_code": 137,
-                         "log": f"/run/{N0}/launcher.out.log", "last_lines": ["killed"]}
+    assert failure_dict(v) == {"reason": f"node {N0} failed", "node": N0, "exit_code": 137,
+                               "log": f"/run/{N0}/launcher.out.log", "last_lines": ["killed"]}
 
 
 def test_node_failed_naming_an_unknown_node():
     v = interpret_round(evidence(WaitEnd.NODE_FAILED, reason="", failed_node="ghost_noderank9"))
-    assert v == Verdict(Status.FAILED, {"reason": "node ghost_noderank9 failed", "node": "ghost_noderank9"})
+    assert v == verdict(Status.FAILED, {"reason": "node ghost_noderank9 failed", "node": "ghost_noderank9"})
 
 
 # ------------------------------------------------------------------------------------- completed: ranks.json
 def test_completed_but_ranks_json_problem():
     bad = node(N1, 1, (1,), None, problem="host h1: /r/ranks.json: unreadable: Expecting value", exit_=0)
     v = interpret_round(evidence(nodes=[ok_node(), bad], records=[FIN]))
-    assert v == Verdict(Status.FAILED, {"reason": f"node {N1}: host h1: /r/ranks.json: unreadable: Expecting value",
+    assert v == verdict(Status.FAILED, {"reason": f"node {N1}: host h1: /r/ranks.json: unreadable: Expecting value",
                                         "node": N1, "log": f"/run/{N1}/launcher.out.log",
                                         "last_lines": ["out: bye"]})
 
@@ -182,7 +191,7 @@ def test_completed_but_ranks_json_problem():
 def test_completed_but_ranks_mismatch_the_plan(listed, expected, words):
     n = node(ranks=expected, report_=report(0, *(rec(r) for r in listed)))
     v = interpret_round(evidence(nodes=[n], records=[FIN]))
-    assert v == Verdict(Status.FAILED, {"reason": f"node {N0}: ranks.json {words}", "node": N0})
+    assert v == verdict(Status.FAILED, {"reason": f"node {N0}: ranks.json {words}", "node": N0})
 
 
 def test_ranks_in_another_order_match():
@@ -193,34 +202,34 @@ def test_ranks_in_another_order_match():
 # ----------------------------------------------------------------------------------------- rank 0's records
 def test_skipped():
     v = interpret_round(evidence(records=[skipped_record("no nvcc")]))
-    assert v == Verdict(Status.SKIPPED, {"reason": "skipped: no nvcc"})
+    assert v == verdict(Status.SKIPPED, {"reason": "skipped: no nvcc"})
 
 
 def test_skipped_without_reason():
     v = interpret_round(evidence(records=[{"event": "SKIPPED"}]))
-    assert v == Verdict(Status.SKIPPED, {"reason": "skipped: no reason given"})
+    assert v == verdict(Status.SKIPPED, {"reason": "skipped: no reason given"})
 
 
 def test_no_finished_line_carries_rank0s_exit_code():
     v = interpret_round(evidence(records=[{"event": "STARTED"}]))
     assert v.status == Status.FAILED
-    assert v.failure == {"reason": "rank 0 printed no FINISHED line and no [FlagPerf Result] lines", "node": N0,
-                         "rank": 0, "exit_code": 0, "log": f"/run/{N0}/rank0.out.log",
-                         "last_lines": ["rank 0 line 1", "rank 0 line 2"]}
+    assert failure_dict(v) == {"reason": "rank 0 printed no FINISHED line and no [FlagPerf Result] lines", "node": N0,
+                               "rank": 0, "exit_code": 0, "log": f"/run/{N0}/rank0.out.log",
+                               "last_lines": ["rank 0 line 1", "rank 0 line 2"]}
 
 
 def test_no_finished_line_when_rank0_is_not_in_ranks_json():
     n = node(ranks=(), report_=report(0, rec(4)))
     v = interpret_round(evidence(nodes=[n]))
-    assert v.failure["reason"] == "rank 0 printed no FINISHED line and no [FlagPerf Result] lines"
-    assert v.failure["exit_code"] is None
+    assert v.failure.reason == "rank 0 printed no FINISHED line and no [FlagPerf Result] lines"
+    assert v.failure.exit_code is None
 
 
 def test_no_nodes_at_all():
     v = interpret_round(RoundEvidence(Wait(WaitEnd.COMPLETED), [], []))
     assert v.status == Status.FAILED
-    assert v.failure == {"reason": "rank 0 printed no FINISHED line and no [FlagPerf Result] lines", "node": None,
-                         "rank": 0, "exit_code": None, "log": "", "last_lines": []}
+    assert failure_dict(v) == {"reason": "rank 0 printed no FINISHED line and no [FlagPerf Result] lines", "node": None,
+                               "rank": 0, "exit_code": None, "log": "", "last_lines": []}
 
 
 @pytest.mark.parametrize("payload, words", [
@@ -235,13 +244,13 @@ def test_no_nodes_at_all():
 def test_invalid_finished(payload, words):
     v = interpret_round(evidence(records=[payload]))
     assert v.status == Status.FAILED and v.finished is None
-    assert v.failure["reason"].startswith("invalid result: ") and words in v.failure["reason"], v.failure
-    assert v.failure["exit_code"] == 0 and v.failure["rank"] == 0 and v.failure["node"] == N0
+    assert v.failure.reason.startswith("invalid result: ") and words in v.failure.reason, v.failure
+    assert v.failure.exit_code == 0 and v.failure.rank == 0 and v.failure.node == N0
 
 
 def test_invalid_last_finished_wins_over_a_valid_earlier_one():
     v = interpret_round(evidence(records=[FIN, finished_record(value=None)]))
-    assert v.status == Status.FAILED and "invalid result" in v.failure["reason"]
+    assert v.status == Status.FAILED and "invalid result" in v.failure.reason
 
 
 # ------------------------------------------------------------------------------------------- case and run

@@ -327,15 +327,15 @@ def node_ev(code, mode="node", results=(), tail=("hello",), benchmark="kit"):
 def test_a_failed_node_command_fails_the_round_with_its_exit_code():
     v = interpret_round(RoundEvidence(Wait(WaitEnd.NODE_FAILED, "", "localhost_noderank0"), [node_ev(3)], []))
     assert v.status == Status.FAILED
-    assert v.failure["reason"] == "the node command failed (exit code 3)"
-    assert v.failure["exit_code"] == 3 and v.failure["log"].endswith("node.out.log")
+    assert v.failure.reason == "the node command failed (exit code 3)"
+    assert v.failure.exit_code == 3 and v.failure.log.endswith("node.out.log")
 
 
 def test_a_silent_node_command_fails_with_the_reason():
     v = interpret_round(RoundEvidence(Wait(WaitEnd.COMPLETED), [node_ev(0)], []))
     assert v.status == Status.FAILED
-    assert v.failure["reason"] == "the node command printed no FINISHED line and no [FlagPerf Result] lines"
-    assert v.failure["exit_code"] == 0 and v.failure["last_lines"] == ["hello"]
+    assert v.failure.reason == "the node command printed no FINISHED line and no [FlagPerf Result] lines"
+    assert v.failure.exit_code == 0 and v.failure.last_lines == ("hello",)
 
 
 def test_flagperf_result_lines_pass_the_round():

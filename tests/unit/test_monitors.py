@@ -43,6 +43,13 @@ def wait_for(cond, timeout=5.0):
     return False
 
 
+def lines_of(path):
+    try:
+        return len(path.read_text().splitlines())
+    except OSError:
+        return 0
+
+
 def pid_gone(pid):
     try:
         os.kill(pid, 0)
@@ -163,7 +170,7 @@ def test_monitor_writes_rapl_power_from_env_root(tmp_path):
     write_zone(tmp_path / "sys", "intel-rapl:0", "package-0", 123)
     env = dict(os.environ, FLAGPERF_SYSFS_ROOT=str(tmp_path / "sys"))
     p = start_monitor(tmp_path / "out", "--interval", "0.1", "--gpu", "none", "--max-seconds", "0.5", env=env)
-    assert p.wait(5) == 0
+    assert p.wait(60) == 0
     st, problem = read_status(tmp_path / "out")
     assert problem is None
     assert st.sensors["pwr"].to_dict() == {"available": True, "source": "rapl", "zones": ["package-0"],
@@ -254,13 +261,11 @@ def host_power_expected():
 def test_monitor_process_sigterm(tmp_path):
     out = tmp_path / "node0"
     p = start_monitor(out, "--interval", "0.2", "--gpu", "nvml", "--run-id", "r42")
-    assert wait_for(lambda: (out / "monitor_status.json").exists()), p.communicate(timeout=5)
-    time.sleep(1.2)
-    t = time.monotonic()
+    assert wait_for(lambda: (out / "monitor_status.json").exists(), timeout=60), p.communicate(timeout=5)
+    assert wait_for(lambda: lines_of(out / "cpu_monitor.log") >= 5, timeout=60), p.communicate(timeout=5)
     p.send_signal(signal.SIGTERM)
-    rc = p.wait(5)
-    took = time.monotonic() - t
-    assert rc == 0 and took < 0.5, (rc, took, p.stderr.read())
+    rc = p.wait(30)             # a hang catcher: how fast it stops is measured by bench/latency.py
+    assert rc == 0, (rc, p.stderr.read())
     assert p.stdout.read() == b"" and p.stderr.read() == b""
 
     assert json.loads((out / "monitor_status.json").read_text())["schema"] == "flagperf.monitor-status/1"
@@ -310,9 +315,9 @@ def test_monitor_exits_when_parent_dies(tmp_path):
         " '--interval', '0.2', '--gpu', 'none'])\n"
         f"while not os.path.exists({str(out / 'monitor_status.json')!r}): time.sleep(0.01)\n"
         "print(p.pid, flush=True)\n")
-    r = subprocess.run([sys.executable, "-c", parent], capture_output=True, text=True, timeout=10)
+    r = subprocess.run([sys.executable, "-c", parent], capture_output=True, text=True, timeout=60)
     pid = int(r.stdout)
-    assert wait_for(lambda: pid_gone(pid), timeout=3), "monitor outlived its parent"
+    assert wait_for(lambda: pid_gone(pid), timeout=30), "monitor outlived its parent"
     assert "stopped (parent exited)" in (out / "monitor.log").read_text()
     assert read_status(out)[0].stop_reason == "parent exited"
 
@@ -373,7 +378,7 @@ def test_monitor_samples_npus_through_npu_smi(tmp_path):
     out = tmp_path / "node0"
     p = start_monitor(out, "--interval", "0.2", "--gpu", "npu_smi", "--vendor", "ascend", "--max-seconds", "3",
                       env=env)
-    assert p.wait(10) == 0, p.stderr.read()
+    assert p.wait(60) == 0, p.stderr.read()
     st, problem = read_status(out)
     gpu = st.sensors["gpu"]
     assert problem is None and (gpu.available, gpu.source, gpu.file) == (True, "npu-smi", "ascend_monitor.log")

@@ -140,7 +140,7 @@ def test_failing_rank_fails_the_round_and_the_next_case_runs(tmp_path):
     assert s.status == "failed"
     r = only_round(s, "gemm-pytorch-local-1x2")
     assert r.status == "failed"
-    f = r.failure
+    f = r.failure.to_dict()
     assert f["reason"] == "rank 1 failed (exit code 7)"
     assert f["rank"] == 1 and f["exit_code"] == 7 and f["node"] == "localhost_noderank0"
     assert f["log"].endswith("localhost_noderank0/rank1.out.log")
@@ -157,15 +157,15 @@ def test_check_failed_rank(tmp_path):
     code, s, *_ = run(tmp_path, [GEMM], backend=FakeBackend(scripts=scripts))
     assert code == EXIT_CASE_FAILED
     r = only_round(s)
-    assert r.status == "failed" and r.failure["rank"] == 0 and r.failure["exit_code"] == 3
-    assert any("CHECK_FAILED" in line for line in r.failure["last_lines"])
+    assert r.status == "failed" and r.failure.rank == 0 and r.failure.exit_code == 3
+    assert any("CHECK_FAILED" in line for line in r.failure.last_lines)
 
 
 def test_rank_killed_by_signal_is_described(tmp_path):
     scripts = NodeScript(exit_code=1, rank_exit={0: -9})
     code, s, *_ = run(tmp_path, [GEMM], backend=FakeBackend(scripts=scripts))
     assert code == EXIT_CASE_FAILED
-    assert only_round(s).failure["reason"] == "rank 0 failed (killed by SIGKILL (exit code -9))"
+    assert only_round(s).failure.reason == "rank 0 failed (killed by SIGKILL (exit code -9))"
 
 
 def test_first_failing_node_stops_the_others(tmp_path):
@@ -177,7 +177,7 @@ def test_first_failing_node_stops_the_others(tmp_path):
     assert code == EXIT_CASE_FAILED
     r = only_round(s)
     assert r.status == "failed"
-    assert r.failure["rank"] == 1 and r.failure["exit_code"] == 5 and r.failure["node"] == "localhost_noderank1"
+    assert r.failure.rank == 1 and r.failure.exit_code == 5 and r.failure.node == "localhost_noderank1"
     node0 = backend.launchers[(name, 1, "localhost_noderank0")]
     assert node0.signals == [15]
     assert [n.launcher_exit for n in r.nodes] == [LAUNCHER_SIGNALLED_EXIT, 1]
@@ -190,7 +190,7 @@ def test_launcher_failing_without_ranks_json_names_host_and_file(tmp_path):
     assert code == EXIT_CASE_FAILED
     r = only_round(s)
     assert r.status == "failed"
-    f = r.failure
+    f = r.failure.to_dict()
     node_dir = plan.cases[0].rounds[0].nodes[0].local_dir
     assert f["reason"].startswith("node localhost_noderank0 failed; host localhost: ")
     assert f"{node_dir / RANKS_FILE}: missing" in f["reason"]
@@ -212,7 +212,7 @@ def test_missing_or_corrupt_ranks_json_after_exit_0(tmp_path, script, words):
     assert code == EXIT_CASE_FAILED
     r = only_round(s)
     assert r.status == "failed"
-    reason = r.failure["reason"]
+    reason = r.failure.reason
     assert reason.startswith("node localhost_noderank0: host localhost: ") and RANKS_FILE in reason, reason
     assert words in reason, reason
     assert "Traceback" not in "\n".join(said)
@@ -223,7 +223,7 @@ def test_ranks_json_listing_other_ranks_fails(tmp_path):
     code, s, *_ = run(tmp_path, ["gemm:pytorch:local:1:2:1"],
                       backend=FakeBackend(scripts=NodeScript(ranks_override=[0])))
     assert code == EXIT_CASE_FAILED
-    assert only_round(s).failure["reason"] == ("node localhost_noderank0: ranks.json lists ranks [0], the plan "
+    assert only_round(s).failure.reason == ("node localhost_noderank0: ranks.json lists ranks [0], the plan "
                                                "started [0, 1]")
 
 
@@ -232,7 +232,7 @@ def test_missing_finished_carries_rank0_exit_code(tmp_path):
     assert code == EXIT_CASE_FAILED
     r = only_round(s)
     assert r.status == "failed"
-    f = r.failure
+    f = r.failure.to_dict()
     assert f["reason"] == "rank 0 printed no FINISHED line and no [FlagPerf Result] lines"
     assert f["rank"] == 0 and f["exit_code"] == 0 and f["exit_code"] is not None
     assert f["node"] == "localhost_noderank0" and f["log"].endswith("rank0.out.log")
@@ -255,8 +255,8 @@ def test_invalid_finished(tmp_path, records, raw, words):
     assert code == EXIT_CASE_FAILED
     r = only_round(s)
     assert r.status == "failed"
-    assert r.failure["reason"].startswith("invalid result: ") and words in r.failure["reason"], r.failure
-    assert r.failure["exit_code"] == 0 and r.finished is None
+    assert r.failure.reason.startswith("invalid result: ") and words in r.failure.reason, r.failure
+    assert r.failure.exit_code == 0 and r.finished is None
 
 
 def test_last_finished_line_counts(tmp_path):
@@ -271,7 +271,7 @@ def test_skipped_case_and_run_still_passes(tmp_path):
     assert code == EXIT_OK
     assert s.status == "passed"
     r = only_round(s, GEMM_NAME)
-    assert r.status == "skipped" and r.failure == {"reason": "skipped: no nvcc here"}
+    assert r.status == "skipped" and r.failure.to_dict() == {"reason": "skipped: no nvcc here"}
     assert case(s, GEMM_NAME).status == "skipped"
     assert case(s, GPT_NAME).status == "passed"
     assert any(line.startswith("WARNING: ") and "skipped: no nvcc here" in line for line in said)
@@ -283,8 +283,8 @@ def test_case_timeout(tmp_path):
     assert code == EXIT_CASE_FAILED
     r = only_round(s, GEMM_NAME)
     assert r.status == "timeout"
-    assert r.failure["reason"] == "round exceeded CASE_TIMEOUT (0.3 s)"
-    assert 0.3 <= r.duration_s < 5
+    assert r.failure.reason == "round exceeded CASE_TIMEOUT (0.3 s)"
+    assert 0.3 <= r.duration_s < 0.3 + 15      # CASE_TIMEOUT + 15 s, the bound docs/reliability.md gives
     (launcher,) = [p for k, p in backend.launchers.items() if k[0] == GEMM_NAME]
     assert launcher.signals and launcher.signals[0] == 15
     assert r.nodes[0].launcher_exit == LAUNCHER_SIGNALLED_EXIT
@@ -303,7 +303,7 @@ def test_prepare_case_error_fails_that_case_only(tmp_path):
     assert c.status == "failed" and len(c.rounds) == 2
     for r in c.rounds:
         assert r.status == "error"
-        assert r.failure == {"reason": "preparation failed: image flagperf/cpu-pytorch:abc: build failed",
+        assert r.failure.to_dict() == {"reason": "preparation failed: image flagperf/cpu-pytorch:abc: build failed",
                              "last_lines": ["Step 3/7 : RUN pip install", "ERROR: no net"]}
     assert not any(c[0] == "prepare_node" and c[1] == gemm for c in backend.calls)
     assert case(s, GPT_NAME).status == "passed"
@@ -322,8 +322,8 @@ def test_prepare_node_error_is_a_round_error_and_the_run_goes_on(tmp_path, exc):
     assert code == EXIT_CASE_FAILED
     r1, r2 = case(s, gemm).rounds
     assert r1.status == "error"
-    assert "no space left" in r1.failure["reason"] and "localhost_noderank0" in r1.failure["reason"]
-    assert r1.failure["reason"].count("localhost_noderank0") == 1
+    assert "no space left" in r1.failure.reason and "localhost_noderank0" in r1.failure.reason
+    assert r1.failure.reason.count("localhost_noderank0") == 1
     assert r2.status == "passed"
     assert case(s, GPT_NAME).status == "passed"
     # the node was cleaned up even though it never started; no launcher or monitor was spawned
@@ -344,7 +344,7 @@ def test_interrupted_run(tmp_path):
     r = only_round(s, GEMM_NAME)
     assert r.status == "interrupted"
     assert only_round(s, GPT_NAME).status == "not_run"
-    assert only_round(s, GPT_NAME).failure == {"reason": "not run: the run was interrupted before this round"}
+    assert only_round(s, GPT_NAME).failure.to_dict() == {"reason": "not run: the run was interrupted before this round"}
     assert backend.calls[-1] == ("close",)
     # the monitor of the interrupted round was stopped
     assert all(m.exited for m in backend.monitors.values())
@@ -369,7 +369,7 @@ def test_host_failing_check_stops_before_any_round(tmp_path, where):
         for r in c.rounds:
             assert r.status == "not_run"
             assert r.status != "interrupted"
-            reason = r.failure["reason"]
+            reason = r.failure.reason
             assert reason.startswith("not run: 1 host(s) failed their check") and f"localhost: {outcome}" in reason
     names = backend.call_names()
     assert "prepare_case" not in names and "spawn_launcher" not in names
@@ -455,7 +455,7 @@ def test_sigterm_while_waiting_interrupts_the_run(tmp_path):
     assert code == EXIT_INTERRUPTED
     assert s.interrupted
     r = only_round(s, GEMM_NAME)
-    assert r.status == "interrupted" and r.failure == {"reason": "interrupted (received SIGTERM)"}
+    assert r.status == "interrupted" and r.failure.to_dict() == {"reason": "interrupted (received SIGTERM)"}
     (launcher,) = backend.launchers.values()
     assert launcher.signals[:1] == [15] and r.nodes[0].launcher_exit == LAUNCHER_SIGNALLED_EXIT
     assert only_round(s, GPT_NAME).status == "not_run"
@@ -474,7 +474,7 @@ def test_spawn_monitor_backend_error_is_a_round_error(tmp_path):
     for c in s.cases:
         r = only_round(s, c.name)
         assert r.status == "error"
-        assert r.failure == {"reason": "localhost_noderank0: cannot start the monitor: no such file"}
+        assert r.failure.to_dict() == {"reason": "localhost_noderank0: cannot start the monitor: no such file"}
     assert "spawn_launcher" not in backend.call_names()
     assert [c[0] for c in backend.calls if c[1:3] == (GEMM_NAME, 1)] == ["prepare_node", "spawn_monitor",
                                                                          "cleanup_node", "collect"]
@@ -489,7 +489,7 @@ def test_spawn_launcher_error_reason_is_kept(tmp_path):
     assert code == EXIT_CASE_FAILED
     r = only_round(s)
     assert r.status == "error"
-    assert "permission denied" in r.failure["reason"], r.failure
+    assert "permission denied" in r.failure.reason, r.failure
 
 
 def test_spawn_launcher_error_stops_the_started_nodes(tmp_path):
@@ -505,7 +505,7 @@ def test_spawn_launcher_error_stops_the_started_nodes(tmp_path):
                                        backend=HalfStarts(scripts=NodeScript(hang=True)))
     assert code == EXIT_CASE_FAILED
     r = only_round(s)
-    assert r.status == "error" and "localhost_noderank1" in r.failure["reason"]
+    assert r.status == "error" and "localhost_noderank1" in r.failure.reason
     (started,) = backend.launchers.values()
     assert started.signals[:1] == [15]                                # stopped, not left running
     assert all(m.exited for m in backend.monitors.values())
@@ -521,15 +521,15 @@ def test_unexpected_backend_exception_fails_the_round_not_the_run(tmp_path):
     code, s, said, backend, plan = run(tmp_path, [GEMM, GPT], backend=Broken())
     assert code == EXIT_CASE_FAILED
     r = only_round(s, GEMM_NAME)
-    assert r.status == "error" and "Too many open files" in r.failure["reason"]
+    assert r.status == "error" and "Too many open files" in r.failure.reason
     assert only_round(s, GPT_NAME).status == "passed"
 
 
 def test_frozen_host_fails_the_round_naming_it_and_later_rounds_skip_it(tmp_path, monkeypatch):
     """A host that stops answering its heartbeat fails the running round within the heartbeat bound, naming the
     host; its processes are not waited for, and later rounds on it fail at once."""
-    import flagperf.pipeline as pipeline_mod
-    monkeypatch.setattr(pipeline_mod, "HEARTBEAT_INTERVAL_S", 0.2)
+    import flagperf.stages.wait as wait_mod
+    monkeypatch.setattr(wait_mod, "HEARTBEAT_INTERVAL_S", 0.2)
 
     class Freezing(FakeBackend):
         def heartbeat(self, hosts):
@@ -538,9 +538,9 @@ def test_frozen_host_fails_the_round_naming_it_and_later_rounds_skip_it(tmp_path
     backend = Freezing(scripts={"gemm": NodeScript(hang=True)})
     t0 = time.monotonic()
     code, s, said, backend, plan = run(tmp_path, [GEMM, GPT], backend=backend)
-    assert time.monotonic() - t0 < 10
+    assert time.monotonic() - t0 < 30           # "detected within 30 s" (docs/reliability.md); the node hangs
     assert code == EXIT_CASE_FAILED
     r = only_round(s, GEMM_NAME)
-    assert r.status == "failed" and "host localhost stopped answering" in r.failure["reason"]
+    assert r.status == "failed" and "host localhost stopped answering" in r.failure.reason
     later = only_round(s, GPT_NAME)
-    assert later.status == "error" and "lost earlier in this run" in later.failure["reason"]
+    assert later.status == "error" and "lost earlier in this run" in later.failure.reason

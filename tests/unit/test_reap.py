@@ -36,7 +36,7 @@ def test_scan_finds_the_marked_process_and_reap_kills_it():
         logged = []
         t0 = time.monotonic()
         reaped = reap_marked(token, term_grace_s=0.3, kill_wait_s=2.0, log=logged.append)
-        assert time.monotonic() - t0 < 5
+        assert time.monotonic() - t0 < 30           # a hang catcher: 0.3 s of grace, then SIGKILL
         assert [(r["pid"], r["signal"]) for r in reaped] == [(proc.pid, "SIGKILL")]   # SIGTERM was ignored
         assert "reap-test-marker" in reaped[0]["cmdline"] and "survived" not in reaped[0]
         assert proc.wait(timeout=5) == -signal.SIGKILL

@@ -10,6 +10,7 @@ import yaml
 from flagperf.catalog import benchmark_names
 from flagperf.errors import EXIT_CASE_FAILED, EXIT_OK, ConfigError
 from flagperf.pipeline import Run
+from flagperf.records import ReferenceVerdict
 from flagperf.plan import build_plan
 from flagperf.references import (ABOVE, BELOW, NOT_MEASURED, UNIT_MISMATCH, WITHIN, MetricRef, case_note, describe,
                                  judge_case, load_reference_dir, load_reference_file, select_file, verdict)
@@ -221,23 +222,23 @@ M = MetricRef("tflops", 100.0, 0.1, "TFLOP/s", "docs/results/README.md")
 ])
 def test_verdict_rules(m, value, result, ok):
     v = verdict(m, value, 3, "TFLOP/s", reference="r.yaml")
-    assert (v["result"], v["ok"]) == (result, ok)
-    assert v["metric"] == m.name and v["expected"] == 100.0 and v["measured"] == value and v["rounds"] == 3
-    assert v["source"] == m.source and v["reference"] == "r.yaml" and v["unit"] == "TFLOP/s"
-    assert json.loads(json.dumps(v)) == v
+    assert (v.result, v.ok) == (result, ok)
+    assert v.metric == m.name and v.expected == 100.0 and v.measured == value and v.rounds == 3
+    assert v.source == m.source and v.reference == "r.yaml" and v.unit == "TFLOP/s"
+    assert ReferenceVerdict.from_dict(json.loads(json.dumps(v.to_dict()))) == v
     line = describe(v)
     assert m.name in line and "expected 100 TFLOP/s" in line
 
 
 def test_verdict_unit_mismatch_fails():
     v = verdict(M, 100.0, 1, "GB/s")
-    assert v["result"] == UNIT_MISMATCH and not v["ok"] and v["measured_unit"] == "GB/s"
+    assert v.result == UNIT_MISMATCH and not v.ok and v.measured_unit == "GB/s"
     assert "unit mismatch" in describe(v)
 
 
 def test_payload_direction_for_the_headline():
     v = verdict(M, 120.0, 1, "TFLOP/s", higher_is_better=False)
-    assert v["higher_is_better"] is False and v["result"] == BELOW
+    assert v.higher_is_better is False and v.result == BELOW
     assert describe(v).startswith("tflops = 120 TFLOP/s (+20%): below reference: expected 100 TFLOP/s, "
                                   "tolerance +10%")
 
@@ -261,10 +262,10 @@ def test_judge_headline_median_and_entry_by_world_size(tmp_path):
     verdicts, used, device = judge_case(c, [ref], {})
     assert used is ref and device == "Test CPU"
     (v,) = verdicts
-    assert v["measured"] == 10.0 and v["expected"] == 10 and v["rounds"] == 3 and v["result"] == WITHIN
+    assert v.measured == 10.0 and v.expected == 10 and v.rounds == 3 and v.result == WITHIN
     c2 = case_summary(nproc=2, values=(10.0,))
     (v,) = judge_case(c2, [ref], {})[0]
-    assert v["expected"] == 20 and v["result"] == BELOW and not v["ok"]     # the world_size 2 entry wins
+    assert v.expected == 20 and v.result == BELOW and not v.ok     # the world_size 2 entry wins
     assert judge_case(case_summary(device="Other CPU"), [ref], {}) == ([], None, "Other CPU")
 
 
@@ -275,15 +276,16 @@ def test_judge_ignores_failed_rounds_and_checks_other_metrics(tmp_path):
                      metrics={"step_time_median_s": {"value": 0.7, "unit": "s"}})
     assert judge_case(c, [ref], {"preset": "1b", "seq_len": 64}) == ([], ref, "Test CPU")  # config does not fit
     verdicts, _, _ = judge_case(c, [ref], {"preset": "1b", "seq_len": 2048})
-    by = {v["metric"]: v for v in verdicts}
-    assert by["tokens_per_s"]["measured"] == 995.0 and by["tokens_per_s"]["rounds"] == 2 and by["tokens_per_s"]["ok"]
-    assert by["step_time_median_s"]["result"] == BELOW and by["step_time_median_s"]["higher_is_better"] is False
+    by = {v.metric: v for v in verdicts}
+    assert by["tokens_per_s"].measured == 995.0 and by["tokens_per_s"].rounds == 2 and by["tokens_per_s"].ok
+    assert by["step_time_median_s"].result == BELOW and by["step_time_median_s"].higher_is_better is False
 
 
 # ------------------------------------------------------------------------------------------------ status and summary
 def test_status_below_reference_is_a_failure():
-    ok = [{"metric": "a", "ok": True}]
-    bad = [{"metric": "a", "ok": True}, {"metric": "b", "ok": False}]
+    ok = [verdict(M, 100.0, 1, None)]
+    bad = [verdict(M, 100.0, 1, None), verdict(M, 1.0, 1, None)]
+    assert [v.ok for v in bad] == [True, False]
     assert case_status(["passed", "passed"], ok) == Status.PASSED
     assert case_status(["passed", "skipped"], bad) == Status.BELOW_REFERENCE
     assert case_status(["passed", "failed"], bad) == Status.FAILED          # a failed round says more
@@ -355,8 +357,8 @@ def test_pipeline_verdicts_exit_code_and_log(tmp_path):
     s = Summary.load(plan.run_dir / "summary.json")
     gemm, llm = s.cases
     assert s.status == Status.FAILED
-    assert gemm.status == Status.BELOW_REFERENCE and [v["result"] for v in gemm.verdicts] == [BELOW]
-    assert llm.status == Status.PASSED and [v["result"] for v in llm.verdicts] == [WITHIN, WITHIN]
+    assert gemm.status == Status.BELOW_REFERENCE and [v.result for v in gemm.verdicts] == [BELOW]
+    assert llm.status == Status.PASSED and [v.result for v in llm.verdicts] == [WITHIN, WITHIN]
     line = ("ERROR: gemm-pytorch-local-1x1: tflops = 12.5 TFLOPS (-98.8%): below reference: expected 1000 TFLOPS, "
             "tolerance -5%; source docs/results/README.md")
     assert line in said, said
@@ -415,8 +417,8 @@ def test_shipped_h200_references_pass_the_runs_they_come_from(name):
         assert ref is None or Path(ref.path).name == "h200.yaml", device
         for v in verdicts:
             # the default run of that day ran fewer dtypes: a metric it lacks is not measured, never failed
-            assert v["ok"] and v["result"] in (WITHIN, NOT_MEASURED), (name, c.name, describe(v))
-            judged += v["result"] == WITHIN
+            assert v.ok and v.result in (WITHIN, NOT_MEASURED), (name, c.name, describe(v))
+            judged += v.result == WITHIN
     assert judged > 0
 
 
@@ -429,9 +431,9 @@ def test_shipped_h100_references_pass_the_suite_run_they_come_from():
         verdicts, ref, device = judge_case(c, files, _vendor_case_config(c.model))
         assert ref is not None and Path(ref.path).name == "h100_sxm.yaml", device
         for v in verdicts:
-            assert v["ok"], (c.name, describe(v))
-            if v["result"] == WITHIN:
-                within.add(v["metric"])
+            assert v.ok, (c.name, describe(v))
+            if v.result == WITHIN:
+                within.add(v.metric)
     # every kernel figure the one-GPU machine can measure has an H100 reference now
     assert {"tflops_bf16", "tflops_fp16", "tflops_tf32", "tflops_fp32", "tflops_fp64", "tflops_fp8", "tops_int8",
             "copy_bw_gbs_4096mib", "h2d_pinned_gbs_1024mib", "d2h_pinned_gbs_1024mib", "triad_gbs"} <= within

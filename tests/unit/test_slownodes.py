@@ -112,27 +112,27 @@ def test_rank_case_hosts_median_over_rounds_and_gpus_within_hosts():
          node("h4", 100.5, [100.5, 60.0])],
     ])
     r = rank_case(case)
-    assert r["case"] == case.name and r["metric"] == "tflops" and r["unit"] == "TFLOPS"
-    assert r["higher_is_better"] is True and r["rule"] == RULE and r["failed_hosts"] == []
-    hosts = [e for e in r["entries"] if e["gpu"] is None]
-    assert [(e["host"], e["value"], e["rank"], e["outlier"], e["rounds"]) for e in hosts] == [
+    assert r.case == case.name and r.metric == "tflops" and r.unit == "TFLOPS"
+    assert r.higher_is_better is True and r.rule == RULE and r.failed_hosts == ()
+    hosts = [e for e in r.entries if e.gpu is None]
+    assert [(e.host, e.value, e.rank, e.outlier, e.rounds) for e in hosts] == [
         ("h1", 101.0, 1, False, 2), ("h2", 100.0, 2, False, 2), ("h4", 100.0, 2, False, 2),
         ("h3", 61.0, 4, True, 2)]
-    assert hosts[-1]["score"] > SCORE_LIMIT
-    gpus = [e for e in r["entries"] if e["gpu"] is not None]
+    assert hosts[-1].score > SCORE_LIMIT
+    gpus = [e for e in r.entries if e.gpu is not None]
     # grouped by host in the hosts' rank order, best first within the host; scored against every GPU
-    assert [(e["host"], e["gpu"], e["rank"], e["outlier"]) for e in gpus] == [
+    assert [(e.host, e.gpu, e.rank, e.outlier) for e in gpus] == [
         ("h1", 0, 1, False), ("h1", 1, 2, False), ("h2", 1, 1, False), ("h2", 0, 2, False),
         ("h4", 0, 1, False), ("h4", 1, 2, True), ("h3", 1, 1, False), ("h3", 0, 2, True)]
-    assert [o[1]["host"] + str(o[1]["gpu"]) for o in outliers([r])] == ["h3None", "h41", "h30"]
+    assert [o[1].host + str(o[1].gpu) for o in outliers([r])] == ["h3None", "h41", "h30"]
 
 
 def test_rank_case_failed_hosts_and_hosts_without_per_rank():
     case = each_case([[node("a", 10.0), node("b", status=Status.FAILED), node("c", 11.0), node("d", 10.5)]],
                      nproc=1)
     r = rank_case(case)
-    assert r["failed_hosts"] == ["b"]
-    assert [e["host"] for e in r["entries"]] == ["c", "d", "a"]         # no per-rank lists: hosts only
+    assert r.failed_hosts == ("b",)
+    assert [e.host for e in r.entries] == ["c", "d", "a"]         # no per-rank lists: hosts only
     assert not outliers([r])
 
 
@@ -140,8 +140,8 @@ def test_rank_case_lower_is_better_and_ties_keep_host_order():
     case = each_case([[node(h, v, metric="slept_s", higher=False) for h, v in
                        (("x", 0.5), ("y", 0.3), ("z", 0.3), ("w", 1.5))]], nproc=1)
     r = rank_case(case)
-    assert r["higher_is_better"] is False
-    assert [(e["host"], e["rank"], e["outlier"]) for e in r["entries"]] == [
+    assert r.higher_is_better is False
+    assert [(e.host, e.rank, e.outlier) for e in r.entries] == [
         ("y", 1, False), ("z", 1, False), ("x", 3, False), ("w", 4, True)]
 
 
@@ -149,14 +149,14 @@ def test_only_each_cases_are_ranked():
     plain = CaseSummary("gemm-pytorch-local-1x1", "gemm:pytorch:local:1:1:1", "gemm", "pytorch", "local", 1, 1, 1)
     case = each_case([[node("a", 1.0)]], nproc=1)
     assert rank_case(plain) is None
-    assert [r["case"] for r in rank_cases([plain, case])] == [case.name]
+    assert [r.case for r in rank_cases([plain, case])] == [case.name]
 
 
 def test_per_rank_of_another_metric_or_length_is_ignored():
     case = each_case([[node("a", 10.0, [10.0, 9.0]), node("b", 10.0, [10.0])],
                       [node("a", 10.0, [10.0, 9.0]), node("b", 10.0, [10.0, 1.0])]])
     r = rank_case(case)
-    gpus = [(e["host"], e["gpu"], e["rounds"]) for e in r["entries"] if e["gpu"] is not None]
+    gpus = [(e.host, e.gpu, e.rounds) for e in r.entries if e.gpu is not None]
     assert gpus == [("a", 0, 2), ("a", 1, 2), ("b", 0, 1)]
 
 

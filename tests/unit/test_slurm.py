@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from flagperf.backends.slurm import _replace_strings
-from flagperf.backends.slurm_config import PLACEHOLDER_PORT, SlurmOptions, derived_port, parse_time
+from flagperf.backends.slurm_config import (PLACEHOLDER_PORT, PORT_BASE, PORT_SPAN, SlurmOptions, derived_port,
+                                            parse_time)
 from flagperf.backends.slurm_script import (COMMENT_DONE, COMMENT_LAUNCHERS, JobInfo, batch_script, gres_gpus,
                                             parse_partitions, parse_sbatch, parse_sinfo_nodes, parse_squeue,
                                             parse_steps, sbatch_argv, scheduler_end, specs_document, substitute,
@@ -277,6 +278,24 @@ def test_driver_and_node_fill_in_the_same_names_paths_and_port(tmp_path):
         assert "{slurm-node" not in json.dumps(on_node)
     assert substitute(["a59301", "59301", "x:59301/", "1593012"], {}, port) == ["a24242", "24242", "x:24242/",
                                                                                 "1593012"]
+
+
+def test_the_node_copy_of_the_port_scheme_and_substitute_agrees_with_the_driver():
+    """launcher/slurm_node.py runs on the nodes without flagperf, so it keeps its own copy of the port scheme and of
+    ``substitute``: both must give what the driver's give."""
+    wrapper = _wrapper()
+    assert (wrapper.PORT_BASE, wrapper.PORT_SPAN) == (PORT_BASE, PORT_SPAN)
+    for job_id in (0, 1, 9999, 10000, 12345, 4294967295):
+        assert wrapper.derived_port(job_id) == derived_port(job_id)
+    table = {"{slurm-node0}": "gpu-a17", "{slurm-node1}": "gpu-b02"}
+    port = (str(PLACEHOLDER_PORT), str(derived_port(77)))
+    values = ["", "{slurm-node0}", "x{slurm-node1}y", "59301", "a59301", "1593012", "59301:59301",
+              ["{slurm-node0}_noderank0", {"MASTER_PORT": "59301", "{slurm-node1}": ["59301x", 59301]}],
+              {"nested": {"deep": ["--master={slurm-node0}:59301"]}}, 7, None, True]
+    for value in values:
+        for p in (port, None):
+            assert wrapper.substitute(json.loads(json.dumps(value)), table, p) == \
+                substitute(json.loads(json.dumps(value)), table, p), value
 
 
 def test_the_node_refuses_bad_specs():

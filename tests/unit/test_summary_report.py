@@ -1,10 +1,12 @@
 """The run summary (flagperf/results/summary.py), the reporters (markdown, terminal) and `flagperf report`."""
 import json
+from dataclasses import replace
 
 import pytest
 from rich.console import Console
 
-from flagperf.reporters import file_reporters, reporter, write_reports
+from flagperf.records import Failure
+from flagperf.reporters import ReportOutcome, file_reporters, reporter, write_reports
 from flagperf.reporters.markdown import MarkdownReporter
 from flagperf.reporters.terminal import TerminalReporter
 from flagperf.results.interpret import Status
@@ -35,15 +37,14 @@ def sample_summary(**kw) -> Summary:
                                        [node]),
                           RoundSummary(2, f"{PASS_NAME}/round2", Status.PASSED, 1.5, None, fin(12.0, 3.0, 0.6)),
                           RoundSummary(3, f"{PASS_NAME}/round3", Status.SKIPPED, 0.25,
-                                       {"reason": "skipped: no nvcc"})])
+                                       Failure("skipped: no nvcc"))])
     failed = CaseSummary(FAIL_NAME, "llm:pytorch:local:1:2:2", "llm", "pytorch", "local", 1, 2, 2, None,
                          [RoundSummary(1, f"{FAIL_NAME}/round1", Status.FAILED, 4.0,
-                                       {"reason": "rank 0 printed no FINISHED line", "node": "localhost_noderank0",
-                                        "rank": 0, "exit_code": 0, "log": "/r/rank0.out.log",
-                                        "last_lines": ["step 10 loss 3.2", "done | really"]}),
+                                       Failure("rank 0 printed no FINISHED line", "localhost_noderank0", 0, 0,
+                                               "/r/rank0.out.log", ("step 10 loss 3.2", "done | really"))),
                           RoundSummary(2, f"{FAIL_NAME}/round2", Status.ERROR, 0.0,
-                                       {"reason": "localhost_noderank0: cannot prepare the node: 500",
-                                        "last_lines": ["docker: 500 Server Error"], "node": "localhost_noderank0"})])
+                                       Failure("localhost_noderank0: cannot prepare the node: 500",
+                                               "localhost_noderank0", last_lines=("docker: 500 Server Error",)))])
     args = dict(run_id="run20250101000000", run_dir="/logs/run20250101000000", flagperf_version="9.9",
                 started="2025-01-01T00:00:00.000+00:00", finished="2025-01-01T00:01:00.000+00:00",
                 duration_s=60.1234, vendor="cpu", runtime="bare", backend="fake", hosts=["localhost"],
@@ -63,7 +64,7 @@ def test_round_trip(tmp_path):
     assert loaded.to_dict() == d
     assert json.loads((tmp_path / "summary.json").read_text()) == d
     assert loaded.cases[0].rounds[0].nodes[0].monitors == s.cases[0].rounds[0].nodes[0].monitors
-    assert loaded.cases[1].rounds[0].failure["exit_code"] == 0
+    assert loaded.cases[1].rounds[0].failure.exit_code == 0
 
 
 def test_round_trip_interrupted_and_empty(tmp_path):
@@ -187,23 +188,24 @@ def test_markdown_report_interrupted_and_host_checks():
 
 def test_markdown_failure_of_a_killed_rank():
     s = sample_summary()
-    s.cases[1].rounds[0].failure.update(exit_code=-9)
+    s.cases[1].rounds[0].failure = replace(s.cases[1].rounds[0].failure, exit_code=-9)
     assert "rank 0, killed by SIGKILL (exit code -9))" in MarkdownReporter().render(s)
 
 
 def test_write_reports(tmp_path):
     assert [r.name for r in file_reporters()] == ["markdown", "html"]
     out = write_reports(sample_summary(), tmp_path)
-    assert out == [("markdown", tmp_path / "report.md"), ("html", tmp_path / "report.html")]
+    assert out == [ReportOutcome("markdown", tmp_path / "report.md", None),
+                   ReportOutcome("html", tmp_path / "report.html", None)]
     assert (tmp_path / "report.md").read_text().startswith("# flagperf run20250101000000: failed")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["report.html", "report.md"]
 
 
 def test_write_reports_error_is_text(tmp_path):
     out = write_reports(sample_summary(), tmp_path / "missing")
-    assert [name for name, _ in out] == ["markdown", "html"]
-    for (name, where), file_name in zip(out, ("report.md", "report.html")):
-        assert isinstance(where, str) and where.startswith(f"cannot write {file_name}: ")
+    assert [o.name for o in out] == ["markdown", "html"]
+    for o, file_name in zip(out, ("report.md", "report.html")):
+        assert o.path is None and o.error.startswith(f"cannot write {file_name}: ")
 
 
 # ------------------------------------------------------------------------------------------------- terminal

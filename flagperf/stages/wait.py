@@ -1,0 +1,158 @@
+"""The wait of a round: for every node launcher to exit, the first failure stopping the others (an ``each``
+round: independent jobs, none stopped), the hosts' heartbeat, CASE_TIMEOUT; and the stop of processes that
+still run."""
+
+from __future__ import annotations
+
+import logging
+import queue
+import signal
+import threading
+import time
+
+from flagperf.backends.base import HEARTBEAT_INTERVAL_S, HEARTBEAT_TIMEOUT_S
+from flagperf.results.interpret import Wait, WaitEnd
+from flagperf.stages.context import RunContext
+
+STOP_GRACE_S = 15.0        # after SIGTERM to a node launcher (it gives its ranks 10 s), before SIGKILL
+
+
+def stop_processes(ctx: RunContext, procs: dict, what: str, sig, grace: float, second=None) -> None:
+    """Signal every process still running, wait up to grace, then SIGKILL (or, with ``second``, send that
+    signal again). Processes on lost hosts are left: signalling them would only wait for a host that does not
+    answer (the host's own watchdogs stop them when their parent connection goes)."""
+    procs = {n: p for n, p in procs.items() if ctx.host_of.get(n) not in ctx.lost_hosts}
+    running = {n: p for n, p in procs.items() if p.wait(0) is None}
+    for name, proc in running.items():
+        ctx.console.detail(f"{name}: stopping the {what} (pid {proc.pid}) with {signal.Signals(sig).name}")
+        proc.signal(sig)
+    deadline = time.monotonic() + grace
+    for name, proc in running.items():
+        if proc.wait(max(0.0, deadline - time.monotonic())) is None:
+            if second is not None:      # ask again (a node launcher then SIGKILLs its ranks at once)
+                ctx.console.detail(f"{name}: the {what} did not stop within {grace:g} s; "
+                                   f"{signal.Signals(second).name} again")
+                proc.signal(second)
+                continue
+            ctx.console.detail(f"{name}: the {what} did not stop within {grace:g} s; SIGKILL", logging.WARNING)
+            proc.signal(signal.SIGKILL)
+            proc.wait(5.0)
+
+
+def heartbeat(ctx: RunContext, nodes) -> tuple | None:
+    """(node, why) of the first node whose host does not answer, else None. A lost host is remembered: its
+    processes are not signalled, cleaned up or collected any more (each call would wait for it)."""
+    hosts = {n.host.address: n.host for n in nodes}
+    try:
+        answers = ctx.backend.heartbeat(list(hosts.values()))
+    except Exception as exc:  # noqa: BLE001 - a heartbeat that cannot run proves nothing either way
+        ctx.console.detail(f"heartbeat failed: {type(exc).__name__}: {exc}", logging.WARNING)
+        return None
+    for node in nodes:
+        why = answers.get(node.host.address)
+        if why:
+            ctx.lost_hosts[node.host.address] = why
+            return node, why
+    return None
+
+
+class LauncherWait:
+    """Wait for every node launcher of a round. Every HEARTBEAT_INTERVAL_S the hosts of the running nodes must
+    answer (within HEARTBEAT_TIMEOUT_S), or the round fails naming the lost host. With ``node_waits`` (an each
+    round: independent jobs) a failed or lost node stops nothing else: how each node ended goes into
+    ``node_waits`` ({label: Wait})."""
+
+    def __init__(self, ctx: RunContext, label: str, nodes, launchers: dict, timeout: float,
+                 node_waits: dict | None):
+        self.ctx, self.label, self.launchers, self.timeout = ctx, label, launchers, timeout
+        self.by_label = {n.label: n for n in nodes}
+        self.node_waits = node_waits
+        self.pending = set(launchers)
+        self.failed_node: str | None = None
+        self.scheduler_end: tuple | None = None
+
+    def run(self) -> Wait:
+        done: queue.Queue = queue.Queue()
+        for name, proc in self.launchers.items():
+            threading.Thread(target=lambda n=name, p=proc: done.put((n, p.wait())), daemon=True).start()
+        deadline = time.monotonic() + self.timeout
+        next_beat = time.monotonic() + HEARTBEAT_INTERVAL_S
+        while self.pending:
+            try:
+                name, code = done.get(timeout=max(0.0, min(deadline, next_beat) - time.monotonic()))
+            except queue.Empty:
+                if time.monotonic() >= deadline:
+                    return self._timed_out()
+                next_beat = time.monotonic() + HEARTBEAT_INTERVAL_S
+                lost = self._beat()
+                if lost is not None:
+                    return lost
+                continue
+            if name in self.pending:        # each: not the launcher of a host already counted as lost
+                self._exited(name, code)
+        return self._ended()
+
+    def _stop_pending(self) -> None:
+        stop_processes(self.ctx, {n: self.launchers[n] for n in self.pending}, "launcher", signal.SIGTERM,
+                       STOP_GRACE_S)
+
+    def _beat(self) -> Wait | None:
+        """The heartbeat: a lost host fails the round (each: that host's job alone, the wait goes on)."""
+        lost = heartbeat(self.ctx, [self.by_label[n] for n in self.pending if n in self.by_label])
+        if lost is None:
+            return None
+        node, why = lost
+        end = Wait(WaitEnd.HOST_LOST, f"host {node.host.address} stopped answering: {why} (no answer within "
+                                      f"{HEARTBEAT_TIMEOUT_S:g} s)", node.label)
+        if self.node_waits is not None:
+            self.ctx.console.step(f"{self.label}: host {node.host.address} lost ({why}); the other hosts go on",
+                                  logging.ERROR)
+            self.pending.discard(node.label)
+            self.node_waits[node.label] = end
+            return None
+        self.ctx.console.step(f"{self.label}: host {node.host.address} lost ({why}); stopping every node",
+                              logging.ERROR)
+        self._stop_pending()
+        return end
+
+    def _timed_out(self) -> Wait:
+        why = f"round exceeded CASE_TIMEOUT ({self.timeout:g} s)"
+        self.ctx.console.step(f"{self.label}: CASE_TIMEOUT of {self.timeout:g} s reached; stopping every node",
+                              logging.ERROR)
+        self._stop_pending()
+        if self.node_waits is not None:
+            self.node_waits.update((n, Wait(WaitEnd.TIMEOUT, why, n)) for n in self.pending)
+        return Wait(WaitEnd.TIMEOUT, why)
+
+    def _exited(self, name: str, code) -> None:
+        out = self.ctx.console
+        self.pending.discard(name)
+        out.detail(f"{name}: node launcher exited with {code}")
+        # (WaitEnd value, why) when a scheduler ended the node's job itself (its time limit, a lost node)
+        ended = self.launchers[name].scheduler_end if code != 0 else None
+        if ended:
+            out.step(f"{self.label}: {name}: {ended[1]}", logging.ERROR)
+        if self.node_waits is not None:      # each: independent jobs, nothing else is stopped
+            self.node_waits[name] = Wait(WaitEnd.COMPLETED) if code == 0 else \
+                Wait(WaitEnd(ended[0]), ended[1], name) if ended else \
+                Wait(WaitEnd.NODE_FAILED, f"node {name} failed", name)
+            if code != 0:
+                out.step(f"{self.label}: {name} failed; the other hosts go on (independent jobs)", logging.WARNING)
+            return
+        if code != 0 and self.failed_node is None:
+            self.failed_node, self.scheduler_end = name, ended
+            if self.pending:
+                out.step(f"{self.label}: {name} failed; stopping {', '.join(sorted(self.pending))}", logging.WARNING)
+                for n in self.pending:
+                    self.launchers[n].signal(signal.SIGTERM)
+
+    def _ended(self) -> Wait:
+        """How the wait ended once every launcher exited."""
+        bad = [n for n, w in (self.node_waits or {}).items() if w.end != WaitEnd.COMPLETED]
+        if bad:
+            return Wait(WaitEnd.NODE_FAILED, f"{len(bad)} host(s) failed: {', '.join(bad)}", bad[0])
+        if self.failed_node and self.scheduler_end:
+            return Wait(WaitEnd(self.scheduler_end[0]), self.scheduler_end[1], self.failed_node)
+        if self.failed_node:
+            return Wait(WaitEnd.NODE_FAILED, f"node {self.failed_node} failed", self.failed_node)
+        return Wait(WaitEnd.COMPLETED)
