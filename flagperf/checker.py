@@ -1,8 +1,8 @@
 """Reading one configuration file: typed look-ups that collect every problem as ``file:line: KEY: expected``.
 
-The config (:mod:`flagperf.config`) and every backend's options module (``flagperf/backends/*_options.py``,
-``slurm_config.py``) read their keys through a :class:`Checker`, so that a problem in a backend's own keys reads
-like a problem in any other key. Light on purpose: the standard library and :mod:`flagperf.yamlio` only.
+The config (:mod:`flagperf.config`) and every backend's options module (``flagperf/options/<name>.py``) read
+their keys through a :class:`Checker`, so that a problem in a backend's own keys reads like a problem in any
+other key. Light on purpose: the standard library and :mod:`flagperf.yamlio` only.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from flagperf.backends.hostlist_options import CONNECT_REMEDIES
+from flagperf.options.hostlist import CONNECT_REMEDIES
 from flagperf.vendors import usable_on_host
 
 MIN_PYTHON = (3, 9)             # os.waitstatus_to_exitcode in the node launcher

@@ -6,8 +6,9 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from flagperf.backends import BackendError, backend_class, backend_names
-from flagperf.backends.options import HostSpec
+from flagperf.backends import BackendError, backend_class
+from flagperf.options import backend_names
+from flagperf.options.base import HostSpec
 from flagperf.errors import ConfigError
 from flagperf.hosts import MissingPath
 from flagperf.hosts.fanout import fan_out

@@ -12,8 +12,8 @@ import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from flagperf.backends import all_cluster_keys, backend_names, load_options, registration
-from flagperf.backends.options import COLLECT_MAX_BYTES, LOCALHOST, BackendOptions, HostSpec
+from flagperf.options import all_cluster_keys, backend_names, load_options, registration
+from flagperf.options.base import COLLECT_MAX_BYTES, LOCALHOST, BackendOptions, HostSpec
 from flagperf.catalog import benchmark_names, case_problems
 from flagperf.checker import Checker, close_key, is_, reason, resolve
 from flagperf.container_opts import merge, translate_container_opt

@@ -17,8 +17,8 @@ import yaml
 
 from flagperf.config import (CLUSTER_IGNORED, CLUSTER_KEYS, FLAGPERF_IGNORED, TEST_KEYS, close_key, flagperf_kind,
                              resolve)
-from flagperf.backends.hostlist_options import PATH_KEYS as HOSTLIST_PATH_KEYS
-from flagperf.backends.hostlist_options import PORT_KEYS as HOSTLIST_PORT_KEYS
+from flagperf.options.hostlist import PATH_KEYS as HOSTLIST_PATH_KEYS
+from flagperf.options.hostlist import PORT_KEYS as HOSTLIST_PORT_KEYS
 from flagperf.errors import ConfigError
 from flagperf.pyconfig import is_python_config, load_config_file
 from flagperf.yamlio import LineMap, one_line, where

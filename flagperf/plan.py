@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from flagperf.backends.options import HostSpec
+from flagperf.options.base import HostSpec
 from flagperf.caselaunch import case_source, in_place_mounts, node_command
 from flagperf.config import CaseSpec, Config
 from flagperf.containers import (LABEL_CASE, LABEL_NODE, LABEL_ROUND, LABEL_RUN, PREPARE_AND_LAUNCH, ContainerRun,

@@ -31,7 +31,7 @@ import sys
 import time
 
 SPECS_SCHEMA = "flagperf.slurm-nodes/1"
-PORT_BASE, PORT_SPAN = 20000, 10000     # MASTER_PORT derived from the job id (flagperf.backends.slurm_config)
+PORT_BASE, PORT_SPAN = 20000, 10000     # MASTER_PORT derived from the job id (flagperf.options.slurm)
 BAD_EXIT = 2
 URG_SAME_S = 1.0                        # SIGURGs closer than this are one stop request
 STOP_POLL_S = 0.05                      # how often a stop request waits for the launcher to be ready for it

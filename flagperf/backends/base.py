@@ -21,7 +21,7 @@ import abc
 import logging
 from typing import ClassVar
 
-from flagperf.backends.options import HostSpec
+from flagperf.options.base import HostSpec
 from flagperf.hosts.base import Process
 
 

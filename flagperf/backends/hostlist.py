@@ -14,7 +14,7 @@ import shlex
 from pathlib import PurePosixPath
 
 from flagperf.backends.base import HEARTBEAT_TIMEOUT_S, Backend, BackendError
-from flagperf.backends.hostlist_options import HostListOptions, host_fields, host_from_fields
+from flagperf.options.hostlist import HostListOptions, host_fields, host_from_fields
 from flagperf.caselaunch import needs_deploy
 from flagperf.checks import CONTRACT_FILE, HostCheck, failed, interpret_probe, probe_failure, unique_hosts
 from flagperf.config import ClusterConfig

@@ -32,8 +32,8 @@ import time
 from pathlib import Path, PurePosixPath
 
 from flagperf.backends.base import Backend, BackendError
-from flagperf.backends.options import LOCALHOST, HostSpec
-from flagperf.backends.slurm_config import (CONTAINER_RUNTIMES, TOKEN, SlurmOptions, derived_port, parse_time,
+from flagperf.options.base import LOCALHOST, HostSpec
+from flagperf.options.slurm import (CONTAINER_RUNTIMES, TOKEN, SlurmOptions, derived_port, parse_time,
                                             token_hosts)
 from flagperf.backends.slurm_script import (COMMENT_DONE, COMMENT_LAUNCHERS, SQUEUE_FORMAT, STEP_LAUNCHER,
                                             STEP_MONITOR, JobInfo, batch_script, ch_run_argv, gres_gpus,

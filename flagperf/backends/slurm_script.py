@@ -16,7 +16,7 @@ import re
 import shlex
 from dataclasses import dataclass
 
-from flagperf.backends.slurm_config import parse_time
+from flagperf.options.slurm import parse_time
 
 SPECS_SCHEMA = "flagperf.slurm-nodes/1"
 STEP_LAUNCHER = "flagperf-launcher"

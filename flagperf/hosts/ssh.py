@@ -21,7 +21,7 @@ import threading
 import time
 from pathlib import Path
 
-from flagperf.backends.hostlist_options import ssh_config_lookup
+from flagperf.options.hostlist import ssh_config_lookup
 from flagperf.hosts.base import CommandResult, HostError, MissingPath, Process, Transport
 from flagperf.hosts.treesync import (
     COLLECT_LISTING_MAX_BYTES,

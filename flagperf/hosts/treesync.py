@@ -8,7 +8,7 @@ import stat
 import tarfile
 from pathlib import Path
 
-from flagperf.backends.options import COLLECT_MAX_BYTES  # noqa: F401 (per node directory; the config key overrides it)
+from flagperf.options.base import COLLECT_MAX_BYTES  # noqa: F401 (per node directory; the config key overrides it)
 
 # Sent to the host as `python -c HASH_SCRIPT ROOT [SUBDIR ...]`: prints {relpath: sha256} of every file under
 # ROOT (or under its given subfolders), relative to ROOT.

@@ -25,23 +25,22 @@ LAZY_IMPORTS = {
 # Bottom-up, each layer with the patterns (regular expressions, matched against the whole module name) of its
 # modules. A module belongs to the lowest layer that names it, and may import only from its own layer or a lower
 # one. A new module no pattern names makes the test fail: place it here (and in docs/architecture.md, "Layers").
-# A backend's options module is ``flagperf/backends/<name>_options.py``: importable without the backend.
+# A backend's options module is ``flagperf/options/<name>.py``: importable without the backend.
 LAYERS = (
     ("contract and records", (r"flagperf", r"flagperf\.(errors|paths|yamlio|records|checker)")),
-    ("options schemas and the backend seam", (r"flagperf\.backends", r"flagperf\.backends\.(base|options|slurm_config)",
-                                              r"flagperf\.backends\.\w+_options", r"flagperf\.hosts\.base")),
+    ("options schemas", (r"flagperf\.options(\..+)?",)),
     ("config", (r"flagperf\.(config|pyconfig|vendors|catalog|container_opts|references|convert)",)),
     ("plan", (r"flagperf\.(plan|caselaunch|containers|images)",)),
-    ("backends", (r"flagperf\.backends\.\w+", r"flagperf\.(hosts|runtimes)(\..+)?",
+    ("backends", (r"flagperf\.backends(\..+)?", r"flagperf\.(hosts|runtimes)(\..+)?",
                   r"flagperf\.(checks|deploy|ownership)")),
     ("results", (r"flagperf\.(results|reporters)(\..+)?", r"flagperf\.(render|progress)")),
     ("pipeline", (r"flagperf\.(pipeline|collect)", r"flagperf\.stages(\..+)?")),
     ("cli", (r"flagperf\.(cli|__main__)",)),
 )
 
-# Modules that may name a backend's fields: the backends, and the transports and runtimes that only the host-list
-# backend uses (their options modules are under backends/).
-BACKEND_OWNED = ("flagperf.backends", "flagperf.hosts", "flagperf.runtimes")
+# Modules that may name a backend's fields: the backends, their options modules, and the transports and runtimes
+# that only the host-list backend uses.
+BACKEND_OWNED = ("flagperf.backends", "flagperf.options", "flagperf.hosts", "flagperf.runtimes")
 FIELD_NAMES = re.compile(
     r"\b(ssh_(port|user|key|config)|known_hosts|paramiko|slurm_\w+|sbatch|srun|squeue|scancel|shared_fs|"
     r"results_shared)\b", re.IGNORECASE)
@@ -211,7 +210,7 @@ EDGES = graph(TREES)
 
 def test_the_package_is_read():
     assert {"flagperf.config", "flagperf.plan", "flagperf.pipeline", "flagperf.backends.slurm"} <= set(TREES)
-    assert ("flagperf.backends", None) in {(t, f) for t, f, _ in EDGES["flagperf.config"]}
+    assert ("flagperf.options", None) in {(t, f) for t, f, _ in EDGES["flagperf.config"]}
 
 
 def test_no_import_circle():
@@ -261,7 +260,7 @@ def test_the_detectors_find_what_they_look_for():
     assert cycles(edges) == [["flagperf.a", "flagperf.b"]]
     assert lazy_imports(edges) == ["flagperf.b:2: f() imports flagperf.a"]
     layers = (("low", (r"flagperf", r"flagperf\.a")), ("high", (r"flagperf\.b",)))
-    assert layer_of("flagperf.backends.kube_options") == 1 and layer_of("flagperf.backends.kube") == 4
+    assert layer_of("flagperf.options.kube") == 1 and layer_of("flagperf.backends.kube") == 4
     assert upward_imports(edges, layers) == ["flagperf.a:1: low imports flagperf.b (high)",
                                              "flagperf.c: in no layer; add it to LAYERS (and to docs/architecture.md, "
                                              "'Layers')"]

@@ -123,7 +123,7 @@ def test_collect_max_bytes_reaches_the_transport():
             seen["cap"] = max_bytes
             return 0, 0
 
-    from flagperf.backends.hostlist_options import HostListOptions
+    from flagperf.options.hostlist import HostListOptions
     config = SimpleNamespace(test=SimpleNamespace(runtime="bare", collect_max_bytes=12345),
                              cluster=SimpleNamespace(options=HostListOptions()))
     backend = HostListBackend(config, logging.getLogger("test"))

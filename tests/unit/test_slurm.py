@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from flagperf.backends.slurm import _replace_strings
-from flagperf.backends.slurm_config import (PLACEHOLDER_PORT, PORT_BASE, PORT_SPAN, SlurmOptions, derived_port,
+from flagperf.options.slurm import (PLACEHOLDER_PORT, PORT_BASE, PORT_SPAN, SlurmOptions, derived_port,
                                             parse_time)
 from flagperf.backends.slurm_script import (COMMENT_DONE, COMMENT_LAUNCHERS, JobInfo, batch_script, gres_gpus,
                                             parse_partitions, parse_sbatch, parse_sinfo_nodes, parse_squeue,

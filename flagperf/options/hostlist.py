@@ -14,7 +14,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import ClassVar
 
-from flagperf.backends.options import LOCALHOST, BackendOptions, HostSpec
+from flagperf.options.base import LOCALHOST, BackendOptions, HostSpec
+from flagperf.options.registry import register
 from flagperf.checker import check_length, resolve
 from flagperf.yamlio import LineMap, where
 
@@ -162,3 +163,9 @@ def _checked_remote(value: str) -> str:
         raise ValueError(f"a path may not hold a NUL character, got {value!r}")
     check_length(value, value)
     return value
+
+
+register("ssh", "flagperf.backends.hostlist:HostListBackend", runtimes=("bare", "docker"),
+         description="a list of hosts: localhost without SSH, every other host over SSH; ranks as plain "
+                     "processes (bare) or in the vendor's container (docker)",
+         cluster_keys=HOSTLIST_KEYS, options=load_options)

@@ -16,7 +16,8 @@ import re
 from dataclasses import dataclass
 from typing import ClassVar
 
-from flagperf.backends.options import BackendOptions, HostSpec
+from flagperf.options.base import BackendOptions, HostSpec
+from flagperf.options.registry import register
 from flagperf.checker import resolve
 
 SLURM_KEYS = ("SLURM_PARTITION", "SLURM_ACCOUNT", "SLURM_QOS", "SLURM_TIME", "SLURM_GPUS_PER_NODE",
@@ -247,3 +248,12 @@ def load_options(ck, data) -> SlurmOptions:
         ck.add(data, "HOSTS", "not used with SCHEDULER slurm (Slurm picks the nodes of every job); remove it, "
                               "or use SLURM_PARTITION and SLURM_ARGS (e.g. --constraint) to choose them")
     return SlurmOptions(**opts)
+
+
+register("slurm", "flagperf.backends.slurm:SlurmBackend", runtimes=("bare",) + CONTAINER_RUNTIMES,
+         description="a Slurm cluster: one sbatch job per case round; the node launcher runs once per node as an "
+                     "srun step (bare, or in an image: charliecloud's ch-run, pyxis), the monitor as an overlapping "
+                     "step (docs/slurm.md)",
+         cluster_keys=SLURM_KEYS, options=load_options, host_list=False,
+         refused=(("docker", "Docker's containers are started by dockerd, not as children of the job step, so "
+                             "Slurm could neither confine nor stop them"),))
