@@ -109,11 +109,10 @@ def write_json_atomic(path, obj: Any, indent: int = 1) -> None:
 JSON_FILE_MAX_BYTES = 16 * 1024 * 1024    # a record file larger than this is not one of ours
 
 
-def read_json_file(path, record_type):
-    """Read ``path`` and build ``record_type`` from it; ContractError names the file on any problem.
-
-    Only a regular file is read (never through a symlink, never a FIFO or device: O_NOFOLLOW|O_NONBLOCK and
-    fstat), and at most JSON_FILE_MAX_BYTES of it: anything else is "unreadable"."""
+def read_json_data(path, max_bytes: int = JSON_FILE_MAX_BYTES):
+    """The JSON value in ``path``. Only a regular file is read (never through a symlink, never a FIFO or device:
+    O_NOFOLLOW|O_NONBLOCK and fstat), and at most ``max_bytes`` of it; anything else, and text that is not JSON,
+    is a ContractError naming the file ("unreadable: ..."). A missing file raises FileNotFoundError."""
     import stat
     path = os.fspath(path)
     try:
@@ -125,18 +124,27 @@ def read_json_file(path, record_type):
             st = os.fstat(f.fileno())
             if not stat.S_ISREG(st.st_mode):
                 raise OSError("not a regular file (%s)" % _file_kind(st.st_mode))
-            raw = f.read(JSON_FILE_MAX_BYTES + 1)
-        if len(raw) > JSON_FILE_MAX_BYTES:
-            raise OSError("larger than %d bytes" % JSON_FILE_MAX_BYTES)
-        data = json.loads(raw.decode("utf-8"))
+            raw = f.read(max_bytes + 1)
+        if len(raw) > max_bytes:
+            raise OSError("larger than %d bytes" % max_bytes)
+        return json.loads(raw.decode("utf-8"))
     except FileNotFoundError:
-        raise ContractError("%s: missing" % path) from None
-    except (OSError, ValueError) as exc:
+        raise
+    except (OSError, ValueError, RecursionError) as exc:
         raise ContractError("%s: unreadable: %s" % (path, exc)) from None
+
+
+def read_json_file(path, record_type):
+    """Read ``path`` (read_json_data) and build ``record_type`` from it; ContractError names the file on any
+    problem."""
+    try:
+        data = read_json_data(path)
+    except FileNotFoundError:
+        raise ContractError("%s: missing" % os.fspath(path)) from None
     try:
         return record_type.from_dict(data)
     except ContractError as exc:
-        raise ContractError("%s: %s" % (path, exc)) from None
+        raise ContractError("%s: %s" % (os.fspath(path), exc)) from None
 
 
 def _file_kind(mode: int) -> str:

@@ -204,13 +204,13 @@ def deploy(config_path, cluster_path, accept_new_host_keys):
         if o.ok:
             d = o.value
             what = "is the driver's own tree" if d.same_tree else \
-                f"{d.files_sent} of {d.files_total} file(s) sent, {d.bytes_sent} bytes{getattr(d, 'tree_note', '')}"
+                f"{d.files_sent} of {d.files_total} file(s) sent, {d.bytes_sent} bytes{d.tree_note}"
             table.add_row(d.host, d.path, f"[green]{what}[/]")
         else:
             table.add_row(o.key.address, o.key.flagperf_path, f"[red]{o.error}[/]")
     _console().print(table)
     for o in outcomes:      # what a CASE_PATHS folder held that was not sent (symlinks out of it, special files)
-        for note in getattr(o.value, "notes", ()) if o.ok else ():
+        for note in o.value.notes if o.ok else ():
             click.echo(f"WARNING: deploy: host {o.value.host}: {note}", err=True)
     sys.exit(EXIT_OK if not failures and all(o.ok for o in outcomes) else EXIT_HOSTS)
 

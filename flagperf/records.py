@@ -11,9 +11,10 @@ reads files written by earlier versions too. Plain data only: no I/O but :meth:`
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from flagperf_contract import ContractError, read_json_data
 
 RUN_SCHEMA = "flagperf.run/1"
 
@@ -219,11 +220,11 @@ class RunRecord:
     def load(cls, path) -> "RunRecord":
         path = Path(path)
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
+            data = read_json_data(path)
         except FileNotFoundError:
             raise RecordError(f"{path}: not found; is {path.parent} a flagperf run directory?") from None
-        except (OSError, ValueError) as exc:
-            raise RecordError(f"{path}: unreadable: {exc}") from None
+        except ContractError as exc:
+            raise RecordError(str(exc)) from None
         try:
             return cls.from_dict(data)
         except RecordError as exc:

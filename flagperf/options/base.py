@@ -1,8 +1,9 @@
 """What every backend's options have in common, and the host record the config, the plan and the backends share.
 
 A backend's own cluster keys (``SSH_PORT``, ``SLURM_PARTITION``, ...) are read by its options module
-(:mod:`flagperf.options`, which registers the backend too) into a frozen dataclass derived from :class:`BackendOptions`. The
-config keeps that object as ``ClusterConfig.options``; the plan asks it only what this base class declares.
+(:mod:`flagperf.options`, which registers the backend too) into a frozen dataclass derived from
+:class:`BackendOptions`. The config keeps that object as ``ClusterConfig.options``; the plan asks it only what this
+base class declares.
 An options module imports no backend, transport or runtime: ``flagperf.config`` loads it at every start.
 """
 

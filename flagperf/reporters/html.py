@@ -120,25 +120,25 @@ def verdict_band(v) -> tuple:
     """(expected, low, high) of a reference verdict (flagperf.references.verdict): the range in which its result
     is ``within``. ``tolerance`` is the shortfall allowed, ``better_tolerance`` (when set) the excess allowed;
     without it the range ends at ``tolerance`` on the better side too (beyond it: ``above``, flagged only)."""
-    expected = _number(field_of(v, "expected"))
-    tol = _number(field_of(v, "tolerance"))
+    expected = _number(v.expected)
+    tol = _number(v.tolerance)
     if expected is None or tol is None:
         return expected, None, None
-    better = _number(field_of(v, "better_tolerance"))
+    better = _number(v.better_tolerance)
     better = tol if better is None else better
     worse_side, better_side = abs(expected) * tol, abs(expected) * better
-    if field_of(v, "higher_is_better") is False:
+    if v.higher_is_better is False:
         return expected, expected - better_side, expected + worse_side
     return expected, expected - worse_side, expected + better_side
 
 
 def verdict_result(v) -> str:
     """The verdict's result (within, below, above, not_measured, unit_mismatch) for its badge."""
-    return str(field_of(v, "result", default="-"))
+    return str(v.result or "-")
 
 
 def verdict_badge(v) -> str:
-    result, ok = verdict_result(v), field_of(v, "ok", default=True)
+    result, ok = verdict_result(v), v.ok
     color = {"within": "#1a7f37", "above": "#bc4c00", "not_measured": "#6e7781"}.get(result, "#cf222e")
     if ok is False:
         color = "#cf222e"
@@ -149,7 +149,7 @@ def _tolerance_text(v) -> str:
     try:
         return esc(tolerance_text(v))
     except (TypeError, ValueError):
-        return num(field_of(v, "tolerance"))
+        return num(v.tolerance)
 
 
 def _case_note(verdicts) -> str:
@@ -255,15 +255,15 @@ class HtmlReporter(Reporter):
         rows = []
         for v in vs:
             expected, low, high = verdict_band(v)
-            dev = _number(field_of(v, "deviation"))
-            measured = num(field_of(v, "measured"))
-            if field_of(v, "measured_unit") is not None:
-                measured += f" {esc(field_of(v, 'measured_unit'))}"
-            source = field_of(v, "source", default="")
-            note = field_of(v, "note", default="")
-            rows.append([esc(field_of(v, "metric", default="-")), num(expected), _tolerance_text(v),
+            dev = _number(v.deviation)
+            measured = num(v.measured)
+            if v.measured_unit is not None:
+                measured += f" {esc(v.measured_unit)}"
+            source = v.source
+            note = v.note
+            rows.append([esc(v.metric or "-"), num(expected), _tolerance_text(v),
                          f"{num(low)} … {num(high)}" if low is not None else "-", measured,
-                         "-" if dev is None else f"{dev * 100:+.3g}%", esc(field_of(v, "unit", default="")),
+                         "-" if dev is None else f"{dev * 100:+.3g}%", esc(v.unit),
                          verdict_badge(v), esc(source) + (f"<br>{esc(note)}" if note else "")])
         return "<h3>Reference verdicts</h3>\n" + _table(
             ["metric", "expected", "tolerance", "within", "measured (median)", "deviation", "unit", "result",
@@ -389,18 +389,18 @@ class HtmlReporter(Reporter):
             series = {str(c.metric or "value"): [(k, v) for k, v in pts if v is not None]}
         if not any(series.values()):
             return '<p class="muted">No round produced a value: no metric plot.</p>\n'
-        vs = [v for v in verdicts_of(c) if field_of(v, "metric") in (None, c.metric)]
+        vs = [v for v in verdicts_of(c) if v.metric == c.metric]
         median = _number(((c.stats.get("value") or {}).get("median")))
         out = self._metric_plot(go, c.metric or "value", c.unit, series, vs, c, median)
         for v in verdicts_of(c):
-            m = field_of(v, "metric")
+            m = v.metric
             if m in (None, c.metric):
                 continue
             pts = [(r.round, _number((r.metrics.get(m) or {}).get("value")) if isinstance(r.metrics.get(m), dict)
                     else None) for r in c.passed_rounds]
             pts = [(k, x) for k, x in pts if x is not None]
             if pts:
-                unit = field_of(v, "unit") or next((r.metrics[m].get("unit") for r in c.passed_rounds
+                unit = v.unit or next((r.metrics[m].get("unit") for r in c.passed_rounds
                                                     if isinstance(r.metrics.get(m), dict)), "")
                 out += self._metric_plot(go, m, unit, {str(m): pts}, [v], c,
                                          statistics.median(x for _, x in pts) if len(pts) > 1 else None)

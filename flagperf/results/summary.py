@@ -6,7 +6,6 @@ docs/results.md describes every field.
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
 from dataclasses import dataclass, field
@@ -14,9 +13,10 @@ from pathlib import Path
 
 from flagperf.records import Failure, Ranking, RecordError, ReferenceVerdict
 from flagperf.results.interpret import Status, case_status, run_status
-from flagperf_contract import write_json_atomic
+from flagperf_contract import ContractError, read_json_data, write_json_atomic
 
 SUMMARY_SCHEMA = "flagperf.summary/1"
+SUMMARY_MAX_BYTES = 256 * 1024 * 1024     # a summary.json larger than this is not one flagperf wrote
 
 
 class SummaryError(ValueError):
@@ -353,11 +353,11 @@ class Summary:
     def load(cls, path) -> "Summary":
         path = Path(path)
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
+            data = read_json_data(path, SUMMARY_MAX_BYTES)
         except FileNotFoundError:
             raise SummaryError(f"{path}: not found; is {path.parent} a flagperf run directory?") from None
-        except (OSError, ValueError) as exc:
-            raise SummaryError(f"{path}: unreadable: {exc}") from None
+        except ContractError as exc:
+            raise SummaryError(str(exc)) from None
         try:
             return cls.from_dict(data)
         except SummaryError as exc:

@@ -19,7 +19,7 @@ import traceback
 
 from flagperf.backends import BackendError
 from flagperf.errors import Interrupted
-from flagperf.hosts.fanout import CANCELLED, fan_out
+from flagperf.hosts.fanout import fan_out
 from flagperf.results.interpret import Wait, WaitEnd
 from flagperf.results.summary import RoundSummary
 from flagperf.stages.context import RUN_LOG, RunContext
@@ -191,7 +191,7 @@ class RoundStage:
         nodes = [n for n in self.nodes if n.host.address not in lost]
         cut = []
         for o in fan_out(nodes, self.ctx.backend.collect, deadline_s=600, stop=stop, stop_grace_s=COLLECT_GRACE_S):
-            if not o.ok and o.error == CANCELLED:
+            if o.cancelled:
                 cut.append(o.key.label)
                 self.out.step(f"{o.key.label}: collect cut short by the interrupt; the files stay on "
                               f"{o.key.host.address}", logging.WARNING)

@@ -6,6 +6,7 @@ import json
 import os
 import re
 import shutil
+from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -280,8 +281,8 @@ def test_verdict_band_forms():
     assert verdict_band(verdict("m", 1, 100, 0.05, higher_is_better=False)) == (100, 95, 105)
     assert verdict_band(verdict("m", 1, 100, 0.05, better_tolerance=0.2, higher_is_better=False)) == (
         100, pytest.approx(80), 105)
-    assert verdict_band({"expected": 100}) == (100, None, None)
-    assert verdict_band({"expected": "x", "tolerance": 0.1}) == (None, None, None)
+    assert verdict_band(replace(verdict("m", 1, 100, 0.05), tolerance=float("nan"))) == (100, None, None)
+    assert verdict_band(replace(verdict("m", 1, 100, 0.1), expected=float("inf"))) == (None, None, None)
 
 
 def test_verdict_not_measured_draws_no_band(tmp_path):
