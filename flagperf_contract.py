@@ -22,6 +22,7 @@ import datetime
 import json
 import math
 import os
+import re
 from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -492,3 +493,31 @@ def parse_perflog_line(line: str) -> Optional[dict]:
     if isinstance(record, dict) and isinstance(record.get("event"), str):
         return record
     return None
+
+
+# ------------------------------------------------------------------------------------------ Slurm placeholders
+# A Slurm job's MASTER_PORT, derived from its job id when the cluster config sets none, and the placeholders of
+# the node specs (``{slurm-node<k>}``, the placeholder port) filled in: the driver (flagperf.backends.slurm)
+# and the node (launcher/slurm_node.py) do it with these same functions.
+SLURM_PORT_BASE, SLURM_PORT_SPAN = 20000, 10000     # below Linux's ephemeral ports
+
+
+def slurm_derived_port(job_id) -> int:
+    return SLURM_PORT_BASE + int(job_id) % SLURM_PORT_SPAN
+
+
+def substitute_placeholders(value, table, port=None):
+    """``value`` (JSON-like data) with every key of ``table`` replaced by its value in every string, and ``port``
+    ((placeholder, real), both strings) replaced where it stands as a whole number."""
+    if isinstance(value, str):
+        for old, new in table.items():
+            value = value.replace(old, new)
+        if port is not None:
+            value = re.sub(r"(?<![0-9])%s(?![0-9])" % re.escape(port[0]), port[1], value)
+        return value
+    if isinstance(value, (list, tuple)):
+        return type(value)(substitute_placeholders(v, table, port) for v in value)
+    if isinstance(value, dict):
+        return {substitute_placeholders(k, table, port): substitute_placeholders(v, table, port)
+                for k, v in value.items()}
+    return value

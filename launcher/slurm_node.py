@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
 """flagperf under Slurm: the node side of one job step, run once per node by ``srun --ntasks-per-node=1``.
 
-Runs ON the allocated node (stdlib only). The driver wrote one spec per node rank (``nodes`` of the specs
-file) before it knew which nodes Slurm would give: host names appear in it as placeholders (``tokens``,
-``{slurm-node<k>}`` -> the k-th host of the allocation) and, when MASTER_PORT is derived from the job id,
-the port as ``port_placeholder``. This program picks the spec of ``SLURM_NODEID``, fills both in from
-``FLAGPERF_SLURM_HOSTS`` (the batch script's ``scontrol show hostnames $SLURM_JOB_NODELIST``) and
-``SLURM_JOB_ID``, creates the node directory, and then
+Runs ON the allocated node (stdlib and flagperf_contract only). The driver wrote one spec per node rank
+(``nodes`` of the specs file) before it knew which nodes Slurm would give: host names appear in it as
+placeholders (``tokens``, ``{slurm-node<k>}`` -> the k-th host of the allocation) and, when MASTER_PORT is
+derived from the job id, the port as ``port_placeholder``. This program picks the spec of ``SLURM_NODEID``,
+fills both in from ``FLAGPERF_SLURM_HOSTS`` (the batch script's ``scontrol show hostnames $SLURM_JOB_NODELIST``)
+and ``SLURM_JOB_ID``, creates the node directory, and then
 
 * ``launch``: writes the node's files (launch.json, case_config.json), runs the node launcher with its output
   in the node directory, and records the launcher's exit status in the node directory (``exit_file``) before
@@ -30,8 +30,10 @@ import subprocess
 import sys
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from flagperf_contract import slurm_derived_port, substitute_placeholders, write_atomic  # noqa: E402
+
 SPECS_SCHEMA = "flagperf.slurm-nodes/1"
-PORT_BASE, PORT_SPAN = 20000, 10000     # MASTER_PORT derived from the job id (flagperf.options.slurm)
 BAD_EXIT = 2
 URG_SAME_S = 1.0                        # SIGURGs closer than this are one stop request
 STOP_POLL_S = 0.05                      # how often a stop request waits for the launcher to be ready for it
@@ -41,26 +43,6 @@ _HOST = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,252}")
 
 class SpecError(Exception):
     pass
-
-
-def derived_port(job_id):
-    return PORT_BASE + int(job_id) % PORT_SPAN
-
-
-def substitute(value, table, port=None):
-    """``value`` (JSON data) with every placeholder in ``table`` ({text: replacement}) replaced in every string,
-    and ``port`` ((placeholder, real)) replaced where it stands as a whole number."""
-    if isinstance(value, str):
-        for old, new in table.items():
-            value = value.replace(old, new)
-        if port is not None:
-            value = re.sub(r"(?<![0-9])%s(?![0-9])" % re.escape(port[0]), port[1], value)
-        return value
-    if isinstance(value, list):
-        return [substitute(v, table, port) for v in value]
-    if isinstance(value, dict):
-        return {substitute(k, table, port): substitute(v, table, port) for k, v in value.items()}
-    return value
 
 
 def node_spec(specs, node_id, hosts, job_id):
@@ -80,8 +62,8 @@ def node_spec(specs, node_id, hosts, job_id):
             raise SpecError("placeholder %s names host %r of an allocation of %d" % (token, index, len(hosts)))
         table[token] = hosts[index]
     placeholder = specs.get("port_placeholder")
-    port = (str(placeholder), str(derived_port(job_id))) if placeholder else None
-    spec = substitute(nodes[node_id], table, port)
+    port = (str(placeholder), str(slurm_derived_port(job_id))) if placeholder else None
+    spec = substitute_placeholders(nodes[node_id], table, port)
     node_dir = spec.get("node_dir")
     if not isinstance(node_dir, str) or not node_dir.startswith("/") or "/../" in node_dir + "/":
         raise SpecError("node_dir must be an absolute path, got %r" % (node_dir,))
@@ -104,18 +86,7 @@ def write_file(directory, name, data):
     """Write ``name`` in ``directory`` atomically, never through a symlink."""
     if "/" in name or name in ("", ".", ".."):
         raise SpecError("bad file name %r" % name)
-    tmp = os.path.join(directory, ".%s.%d.tmp" % (name, os.getpid()))
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, os.path.join(directory, name))
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    write_atomic(os.path.join(directory, name), data, mode=0o644)
 
 
 def redirect_output(path):

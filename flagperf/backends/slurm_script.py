@@ -17,6 +17,7 @@ import shlex
 from dataclasses import dataclass
 
 from flagperf.options.slurm import parse_time
+from flagperf_contract import substitute_placeholders
 
 SPECS_SCHEMA = "flagperf.slurm-nodes/1"
 STEP_LAUNCHER = "flagperf-launcher"
@@ -172,21 +173,7 @@ def specs_json(doc: dict) -> str:
     return json.dumps(doc, separators=(",", ":"), sort_keys=True)
 
 
-def substitute(value, table: dict, port: tuple | None = None):
-    """``value`` (JSON-like data) with every key of ``table`` replaced by its value in every string, and
-    ``port`` ((placeholder, real), both strings) replaced where it stands as a whole number: what
-    launcher/slurm_node.py does on the node, done here too so that the driver knows the same paths."""
-    if isinstance(value, str):
-        for old, new in table.items():
-            value = value.replace(old, new)
-        if port is not None:
-            value = re.sub(r"(?<![0-9])%s(?![0-9])" % re.escape(port[0]), port[1], value)
-        return value
-    if isinstance(value, (list, tuple)):
-        return type(value)(substitute(v, table, port) for v in value)
-    if isinstance(value, dict):
-        return {substitute(k, table, port): substitute(v, table, port) for k, v in value.items()}
-    return value
+substitute = substitute_placeholders     # the node (launcher/slurm_node.py) fills them in with the same
 
 
 # -- what the commands print ---------------------------------------------------------------------------------------

@@ -4,8 +4,8 @@ Light on purpose (dataclasses and regular expressions): ``flagperf.config`` call
 the backend registry without importing the backend itself. Every problem is one line naming the file, the
 line, the key and what was expected, like every other key.
 
-The MASTER_PORT scheme of a job (:func:`derived_port`) has a copy in ``launcher/slurm_node.py``, which runs on
-the nodes without flagperf; tests/unit/test_slurm.py keeps the two equal.
+The MASTER_PORT scheme of a job (:func:`derived_port`) is the contract's (``flagperf_contract``), which
+``launcher/slurm_node.py`` uses on the nodes.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from typing import ClassVar
 from flagperf.options.base import BackendOptions, HostSpec
 from flagperf.options.registry import register
 from flagperf.checker import resolve
+from flagperf_contract import SLURM_PORT_BASE, SLURM_PORT_SPAN, slurm_derived_port
 
 SLURM_KEYS = ("SLURM_PARTITION", "SLURM_ACCOUNT", "SLURM_QOS", "SLURM_TIME", "SLURM_GPUS_PER_NODE",
               "SLURM_EXCLUSIVE", "SLURM_ARGS", "SLURM_CONF", "SLURM_PENDING_TIMEOUT", "SLURM_SHARED_FS",
@@ -31,7 +32,7 @@ TIME_MARGIN_S = 300.0           # SLURM_TIME unset: CASE_TIMEOUT plus this, for 
 # MASTER_PORT unset: the plan holds this placeholder until the job id is known; every node then uses
 # PORT_BASE + job id % PORT_SPAN (launcher/slurm_node.py derives the same), below Linux's ephemeral ports.
 PLACEHOLDER_PORT = 59301
-PORT_BASE, PORT_SPAN = 20000, 10000
+PORT_BASE, PORT_SPAN = SLURM_PORT_BASE, SLURM_PORT_SPAN
 TOKEN = "{slurm-node%d}"        # a node of the plan until Slurm allocates it (replaced by its host name)
 
 # sbatch options flagperf sets itself (from the case or from another key): SLURM_ARGS may not hold them.
@@ -124,8 +125,7 @@ def token_hosts(count: int, python: str, flagperf_path: str) -> tuple:
     return tuple(HostSpec(TOKEN % i, None, None, None, python, flagperf_path) for i in range(count))
 
 
-def derived_port(job_id: int) -> int:
-    return PORT_BASE + int(job_id) % PORT_SPAN
+derived_port = slurm_derived_port
 
 
 def parse_time(value) -> int | None:

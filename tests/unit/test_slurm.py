@@ -263,7 +263,7 @@ def test_driver_and_node_fill_in_the_same_names_paths_and_port(tmp_path):
     doc = specs_document([_node_spec(n) for n in nodes], tokens, port_placeholder=PLACEHOLDER_PORT,
                          exit_file="slurm_exit.json", out_file="launcher.out.log", monitor_out_file="monitor.out.log")
     wrapper = _wrapper()
-    assert wrapper.PORT_BASE + 12345 % wrapper.PORT_SPAN == derived_port(12345) == 22345
+    assert PORT_BASE + 12345 % PORT_SPAN == wrapper.slurm_derived_port(12345) == 22345
     hosts = ["gpu-a17", "gpu-b02"]
     port = (str(PLACEHOLDER_PORT), str(derived_port(4242)))
     for i, node in enumerate(nodes):
@@ -280,13 +280,13 @@ def test_driver_and_node_fill_in_the_same_names_paths_and_port(tmp_path):
                                                                                 "1593012"]
 
 
-def test_the_node_copy_of_the_port_scheme_and_substitute_agrees_with_the_driver():
-    """launcher/slurm_node.py runs on the nodes without flagperf, so it keeps its own copy of the port scheme and of
-    ``substitute``: both must give what the driver's give."""
+def test_the_node_and_the_driver_share_the_port_scheme_and_substitute():
+    """launcher/slurm_node.py runs on the nodes without the flagperf package: it fills placeholders in with the
+    contract's functions, as the driver does."""
     wrapper = _wrapper()
-    assert (wrapper.PORT_BASE, wrapper.PORT_SPAN) == (PORT_BASE, PORT_SPAN)
+    assert wrapper.slurm_derived_port is derived_port and wrapper.substitute_placeholders is substitute
     for job_id in (0, 1, 9999, 10000, 12345, 4294967295):
-        assert wrapper.derived_port(job_id) == derived_port(job_id)
+        assert wrapper.slurm_derived_port(job_id) == derived_port(job_id)
     table = {"{slurm-node0}": "gpu-a17", "{slurm-node1}": "gpu-b02"}
     port = (str(PLACEHOLDER_PORT), str(derived_port(77)))
     values = ["", "{slurm-node0}", "x{slurm-node1}y", "59301", "a59301", "1593012", "59301:59301",
@@ -294,7 +294,7 @@ def test_the_node_copy_of_the_port_scheme_and_substitute_agrees_with_the_driver(
               {"nested": {"deep": ["--master={slurm-node0}:59301"]}}, 7, None, True]
     for value in values:
         for p in (port, None):
-            assert wrapper.substitute(json.loads(json.dumps(value)), table, p) == \
+            assert wrapper.substitute_placeholders(json.loads(json.dumps(value)), table, p) == \
                 substitute(json.loads(json.dumps(value)), table, p), value
 
 
