@@ -233,6 +233,8 @@ def _cli_path(value, what) -> Path:
 
 
 def _load_config(test_path, cluster_override, problems, source_root, detect) -> Config | None:
+    """The test config at ``test_path`` with its cluster (``--cluster``, its CLUSTER key, or its own HOSTS as in
+    FlagPerf's host.yaml) and vendor; every problem goes to ``problems`` (None is returned then)."""
     test_path = _cli_path(test_path, "--config")
     data, problems_yaml = load_config_file(test_path)
     if problems_yaml:
@@ -245,58 +247,105 @@ def _load_config(test_path, cluster_override, problems, source_root, detect) -> 
     combined = "HOSTS" in data
     ck.unknown_keys(data, TEST_KEYS + _cluster_keys(data) if combined else TEST_KEYS, ignored=FLAGPERF_IGNORED,
                     elsewhere=None if combined else (CLUSTER_KEYS, "the cluster config", "a test config"))
-
     # Cluster first: the cases are checked against its hosts.
-    cluster_file = None
-    cluster_bad = False
+    cluster = _cluster_of(ck, test_path, data, cluster_override, combined, warnings)
+    vendor_name, reason, vendor = _vendor_of(ck, data, source_root, detect)
+    runtime = _runtime_of(ck, data, cluster)
+    base_mode = _base_mode(ck, data)
+    case_paths = _case_paths(ck, data)
+    if is_python_config(test_path) or "BENCHMARKS_OR_TOOLKITS" in data or combined:
+        # FlagPerf's FLAGPERF_PATH is the user's FlagPerf checkout: its cases, not flagperf's deploy path.
+        flagperf_path = str(source_root)
+        case_paths += _flagperf_checkout(ck, data, base_mode)
+    else:
+        flagperf_path = ck.path_value(data, "FLAGPERF_PATH", str(source_root))
+    settings = _settings(ck, test_path, data, source_root)
+    container_opt = ck.get(data, "ACCE_CONTAINER_OPT", str, "")
+    overrides, opt_problems = translate_container_opt(container_opt)
+    problems.extend(f"{where(test_path, data, 'ACCE_CONTAINER_OPT')}: {p}" for p in opt_problems)
+    container = merge(vendor.container, overrides) if vendor is not None else None
+    visible_env = ck.get(data, "ACCE_VISIBLE_DEVICE_ENV_NAME", (str, type(None)),
+                         vendor.visible_devices_env if vendor else None)
+    if visible_env is not None and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", visible_env):
+        ck.add(data, "ACCE_VISIBLE_DEVICE_ENV_NAME", f"expected an environment variable name, got {visible_env!r}")
+
+    if "BENCHMARKS_OR_TOOLKITS" in data:
+        cases = _load_base_cases(ck, data, cluster, vendor, source_root, case_paths)
+    else:
+        if "NPROC_PER_NODE" in data:
+            ck.warn(data, "NPROC_PER_NODE", "accepted and ignored: it counts only with BENCHMARKS_OR_TOOLKITS "
+                                            "(a FlagPerf base config); each case key gives its nproc")
+        # a scheduler that picks the nodes has no host list to check the cases against
+        cases = _load_cases(ck, data, cluster if cluster is None or cluster.hosts else None, vendor, source_root,
+                            case_paths)
+    references, reference_files = _load_references(ck, data, vendor, source_root, case_paths)
+    if problems:
+        return None
+    test = TestConfig(path=test_path, vendor=vendor_name, vendor_reason=reason, runtime=runtime,
+                      flagperf_path=flagperf_path, acce_container_opt=container_opt, visible_devices_env=visible_env,
+                      cases=tuple(cases), references=references, case_paths=tuple(case_paths), base_mode=base_mode,
+                      **settings)
+    assert cluster is not None and vendor is not None      # else a problem was reported above
+    hosts = cluster.options.plan_hosts(cases, flagperf_path)
+    if not cluster.hosts:       # a scheduler's nodes: placeholders until it allocates them
+        test = replace(test, cases=tuple(replace(c, nnodes=len(hosts)) if c.each else c for c in test.cases))
+    cluster = replace(cluster, hosts=hosts)
+    return Config(test=test, cluster=cluster, vendor=vendor, source_root=source_root, container=container,
+                  references=reference_files, warnings=tuple(one_line(w) for w in warnings))
+
+
+def _cluster_of(ck: Checker, test_path: Path, data, cluster_override, combined: bool, warnings: list):
+    """The cluster config: the test config's own HOSTS (combined), ``--cluster``, or the file CLUSTER names;
+    None when it could not be read (the problem is reported)."""
+    problems = ck.problems
     if combined and (cluster_override is not None or "CLUSTER" in data):
         other = "--cluster" if cluster_override is not None else "CLUSTER"
         ck.add(data, "HOSTS", f"this test config lists its hosts (as FlagPerf's host.yaml does), so {other} cannot "
                               f"name another cluster config; keep one of them")
-        cluster_bad = True
-    elif combined:
-        pass
-    elif cluster_override is not None:
+        return None
+    if combined:
+        return _cluster_from(test_path, data, problems, warnings)
+    cluster_file, origin = None, ""
+    if cluster_override is not None:
         cluster_file = _cli_path(cluster_override, "--cluster")
         origin = f"{cluster_file}: --cluster"
     else:
         value = ck.get(data, "CLUSTER", str, None)
-        cluster_bad = "CLUSTER" in data and data["CLUSTER"] is not None and value is None
+        if "CLUSTER" in data and data["CLUSTER"] is not None and value is None:
+            return None                     # wrong type: already reported
         if value is not None:
             try:
                 cluster_file = resolve(test_path, value)
                 origin = f"{where(test_path, data, 'CLUSTER')}: CLUSTER: {cluster_file}"
             except ValueError as exc:
                 ck.add(data, "CLUSTER", str(exc))
-                cluster_bad = True
-    if cluster_bad:
-        cluster = None
-    elif combined:
-        cluster = _cluster_from(test_path, data, problems, warnings)
-    elif cluster_file is not None and not is_("exists", cluster_file):
+                return None
+    if cluster_file is not None and not is_("exists", cluster_file):
         problems.append(f"{origin}: file not found; expected a cluster config (YAML with HOSTS)")
-        cluster = None
-    else:
-        cluster = _load_cluster(cluster_file, problems, warnings)
+        return None
+    return _load_cluster(cluster_file, problems, warnings)
 
-    # Vendor.
+
+def _vendor_of(ck: Checker, data, source_root: Path, detect) -> tuple:
+    """(VENDOR's name, why it is that one, the vendor profile or None when it could not be loaded)."""
     vendor_name = ck.get(data, "VENDOR", str, None if "VENDOR" in data and data["VENDOR"] is not None else "auto")
     reason = "set in the test config"
     if vendor_name is None:
-        pass                                # wrong type: already reported
-    elif vendor_name == "auto":
-        vendor_name, reason = detect()
-        reason = f"VENDOR: auto -> {vendor_name} ({reason})"
-    vendor = None
-    if vendor_name is None:
-        pass
-    elif vendor_name not in vendor_names(source_root):
+        return None, reason, None           # wrong type: already reported
+    if vendor_name == "auto":
+        vendor_name, why = detect()
+        reason = f"VENDOR: auto -> {vendor_name} ({why})"
+    if vendor_name not in vendor_names(source_root):
         ck.add(data, "VENDOR", f"no vendor {vendor_name!r} under {source_root / 'vendors'}; "
                                f"expected one of: auto, {', '.join(vendor_names(source_root))}")
-    else:
-        vendor, vproblems = load_vendor(source_root, vendor_name)
-        problems.extend(vproblems)
+        return vendor_name, reason, None
+    vendor, vproblems = load_vendor(source_root, vendor_name)
+    ck.problems.extend(vproblems)
+    return vendor_name, reason, vendor
 
+
+def _runtime_of(ck: Checker, data, cluster) -> str:
+    """RUNTIME, checked against the runtimes the cluster's backend registered and what its own keys allow."""
     runtime = ck.get(data, "RUNTIME", str, "docker")
     reg = registration(cluster.scheduler) if cluster is not None else None
     if reg is not None and runtime not in reg.runtimes:
@@ -307,15 +356,12 @@ def _load_config(test_path, cluster_override, problems, source_root, detect) -> 
         why = cluster.options.runtime_problem(runtime)      # what the scheduler's own keys must give this RUNTIME
         if why:
             ck.add(data, "RUNTIME", why)
+    return runtime
 
-    base_mode = _base_mode(ck, data)
-    case_paths = _case_paths(ck, data)
-    if is_python_config(test_path) or "BENCHMARKS_OR_TOOLKITS" in data or combined:
-        # FlagPerf's FLAGPERF_PATH is the user's FlagPerf checkout: its cases, not flagperf's deploy path.
-        flagperf_path = str(source_root)
-        case_paths += _flagperf_checkout(ck, data, base_mode)
-    else:
-        flagperf_path = ck.path_value(data, "FLAGPERF_PATH", str(source_root))
+
+def _settings(ck: Checker, test_path: Path, data, source_root: Path) -> dict:
+    """The test config's scalar settings (logs, container sizes, monitor, timeout, build and collect limits),
+    each checked, as TestConfig's keyword arguments; a bad value is reported and replaced by its default."""
     if "BENCHMARKS_OR_TOOLKITS" in data and isinstance(data.get("FLAGPERF_LOG_PATH"), str) and \
             not data["FLAGPERF_LOG_PATH"].startswith(("/", "~")):
         ck.warn(data, "FLAGPERF_LOG_PATH", f"{data['FLAGPERF_LOG_PATH']!r} resolves against this file's folder "
@@ -329,16 +375,6 @@ def _load_config(test_path, cluster_override, problems, source_root, detect) -> 
     shm_size = str(ck.get(data, "SHM_SIZE", (str, int), "32G"))
     if check_size(shm_size):
         ck.add(data, "SHM_SIZE", check_size(shm_size))
-    clear_caches = ck.get(data, "CLEAR_CACHES", bool, False)
-    container_opt = ck.get(data, "ACCE_CONTAINER_OPT", str, "")
-    overrides, opt_problems = translate_container_opt(container_opt)
-    problems.extend(f"{where(test_path, data, 'ACCE_CONTAINER_OPT')}: {p}" for p in opt_problems)
-    container = merge(vendor.container, overrides) if vendor is not None else None
-    visible_env = ck.get(data, "ACCE_VISIBLE_DEVICE_ENV_NAME", (str, type(None)),
-                         vendor.visible_devices_env if vendor else None)
-    if visible_env is not None and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", visible_env):
-        ck.add(data, "ACCE_VISIBLE_DEVICE_ENV_NAME", f"expected an environment variable name, got {visible_env!r}")
-    pip_source = ck.get(data, "PIP_SOURCE", str, "")
     interval = ck.get(data, "MONITOR_INTERVAL", (int, float), 1.0)
     if not MIN_MONITOR_INTERVAL <= interval <= MAX_MONITOR_INTERVAL:     # False for nan too
         ck.add(data, "MONITOR_INTERVAL", f"expected a number of seconds from {MIN_MONITOR_INTERVAL} to "
@@ -367,40 +403,11 @@ def _load_config(test_path, cluster_override, problems, source_root, detect) -> 
     if not collect_max > 0:
         ck.add(data, "COLLECT_MAX_BYTES", f"expected a number of bytes > 0, got {collect_max!r}")
         collect_max = COLLECT_MAX_BYTES
-
-    # a scheduler that picks the nodes has no host list to check the cases against
-    if "BENCHMARKS_OR_TOOLKITS" in data:
-        cases = _load_base_cases(ck, data, cluster, vendor, source_root, case_paths)
-    else:
-        if "NPROC_PER_NODE" in data:
-            ck.warn(data, "NPROC_PER_NODE", "accepted and ignored: it counts only with BENCHMARKS_OR_TOOLKITS "
-                                            "(a FlagPerf base config); each case key gives its nproc")
-        cases = _load_cases(ck, data, cluster if cluster is None or cluster.hosts else None, vendor, source_root,
-                            case_paths)
-    references, reference_files = _load_references(ck, data, vendor, source_root, case_paths)
-
-    if problems:
-        return None
-    test = TestConfig(
-        path=test_path, vendor=vendor_name, vendor_reason=reason, runtime=runtime, flagperf_path=flagperf_path,
-        log_path=log_path, log_level=log_level, shm_size=shm_size, clear_caches=clear_caches,
-        acce_container_opt=container_opt, visible_devices_env=visible_env, pip_source=pip_source,
-        monitor_interval=float(interval), case_timeout=float(timeout), cases=tuple(cases),
-        docker_build_args=tuple(sorted((str(k), str(v)) for k, v in build_args.items())),
-        extra_ca_bundle=ca_bundle,
-        collect_max_bytes=collect_max,
-        references=references,
-        monitor_format=monitor_format,
-        case_paths=tuple(case_paths),
-        base_mode=base_mode,
-    )
-    assert cluster is not None and vendor is not None      # else a problem was reported above
-    hosts = cluster.options.plan_hosts(cases, flagperf_path)
-    if not cluster.hosts:       # a scheduler's nodes: placeholders until it allocates them
-        test = replace(test, cases=tuple(replace(c, nnodes=len(hosts)) if c.each else c for c in test.cases))
-    cluster = replace(cluster, hosts=hosts)
-    return Config(test=test, cluster=cluster, vendor=vendor, source_root=source_root, container=container,
-                  references=reference_files, warnings=tuple(one_line(w) for w in warnings))
+    return dict(log_path=log_path, log_level=log_level, shm_size=shm_size,
+                clear_caches=ck.get(data, "CLEAR_CACHES", bool, False), pip_source=ck.get(data, "PIP_SOURCE", str, ""),
+                monitor_interval=float(interval), monitor_format=monitor_format, case_timeout=float(timeout),
+                docker_build_args=tuple(sorted((str(k), str(v)) for k, v in build_args.items())),
+                extra_ca_bundle=ca_bundle, collect_max_bytes=collect_max)
 
 
 def _load_references(ck: Checker, data, vendor, source_root, case_paths=()) -> tuple:
