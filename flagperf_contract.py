@@ -108,12 +108,75 @@ def write_json_atomic(path, obj: Any, indent: int = 1) -> None:
 
 
 JSON_FILE_MAX_BYTES = 16 * 1024 * 1024    # a record file larger than this is not one of ours
+JSON_MAX_DEPTH = 64                       # nor one nested deeper than this (lists and objects)
 
 
-def read_json_data(path, max_bytes: int = JSON_FILE_MAX_BYTES):
+def json_problem(value, max_depth: int = JSON_MAX_DEPTH, notes: Optional[List[str]] = None) -> Optional[str]:
+    """Why the parsed JSON ``value`` is not acceptable ("nested deeper than N"), or None. Walks the value once,
+    without recursion. With ``notes`` (a list), every non-finite number (NaN, Infinity, or a literal too large
+    for a float) is replaced by None in place, and a note naming where it stood is appended."""
+    stack: List[Tuple[Any, int, str]] = [(value, 1, "")]
+    while stack:
+        node, depth, where = stack.pop()
+        if isinstance(node, dict):
+            items: Any = node.items()
+        elif isinstance(node, list):
+            items = enumerate(node)
+        else:
+            continue
+        if depth > max_depth:
+            return "nested deeper than %d levels" % max_depth
+        for key, item in items:
+            if isinstance(item, (dict, list)):
+                stack.append((item, depth + 1, _where(where, key) if notes is not None else ""))
+            elif notes is not None and not _float_sized(item):
+                node[key] = None
+                notes.append("%s: %s read as absent" % (_where(where, key), _short(item, 20)))
+    return None
+
+
+FLOAT_MAX_INT = 2 ** 1023     # an integer at least this large does not convert to a float
+
+
+def _float_sized(value) -> bool:
+    """False for a number no float can hold: NaN, an infinity, an integer of 2**1023 or more; True otherwise."""
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return -FLOAT_MAX_INT < value < FLOAT_MAX_INT
+    return True
+
+
+def _where(where: str, key) -> str:
+    """``cases[0].rounds``: a list index in brackets, an object key after a dot."""
+    if isinstance(key, int):
+        return "%s[%d]" % (where, key)
+    return "%s.%s" % (where, key) if where else str(key)
+
+
+def loads_bounded(text, max_depth: int = JSON_MAX_DEPTH, notes: Optional[List[str]] = None):
+    """json.loads with a nesting bound: ValueError ("not JSON: ...", "nested deeper than N levels") for text that
+    is not JSON or nests deeper than ``max_depth``; never RecursionError. ``notes``: see :func:`json_problem`
+    (NaN and Infinity become None, each with a note)."""
+    try:
+        value = json.loads(text)
+    except RecursionError:
+        raise ValueError("nested deeper than %d levels" % max_depth) from None
+    except ValueError as exc:
+        raise ValueError("not JSON: %s" % exc) from None
+    problem = json_problem(value, max_depth, notes)
+    if problem:
+        raise ValueError(problem)
+    return value
+
+
+def read_json_data(path, max_bytes: int = JSON_FILE_MAX_BYTES, notes: Optional[List[str]] = None,
+                   max_depth: int = JSON_MAX_DEPTH):
     """The JSON value in ``path``. Only a regular file is read (never through a symlink, never a FIFO or device:
-    O_NOFOLLOW|O_NONBLOCK and fstat), and at most ``max_bytes`` of it; anything else, and text that is not JSON,
-    is a ContractError naming the file ("unreadable: ..."). A missing file raises FileNotFoundError."""
+    O_NOFOLLOW|O_NONBLOCK and fstat), and at most ``max_bytes`` of it, nested at most ``max_depth`` deep;
+    anything else, and text that is not JSON, is a ContractError naming the file ("unreadable: ..."). A missing
+    file raises FileNotFoundError. With ``notes`` (a list), NaN and Infinity are read as None, each with a note
+    (:func:`json_problem`)."""
     import stat
     path = os.fspath(path)
     try:
@@ -125,14 +188,16 @@ def read_json_data(path, max_bytes: int = JSON_FILE_MAX_BYTES):
             st = os.fstat(f.fileno())
             if not stat.S_ISREG(st.st_mode):
                 raise OSError("not a regular file (%s)" % _file_kind(st.st_mode))
+            if st.st_size > max_bytes:
+                raise OSError("larger than %d bytes (%d)" % (max_bytes, st.st_size))
             raw = f.read(max_bytes + 1)
         if len(raw) > max_bytes:
             raise OSError("larger than %d bytes" % max_bytes)
-        return json.loads(raw.decode("utf-8"))
+        return loads_bounded(raw.decode("utf-8"), max_depth, notes)
     except FileNotFoundError:
         raise
-    except (OSError, ValueError, RecursionError) as exc:
-        raise ContractError("%s: unreadable: %s" % (path, exc)) from None
+    except (OSError, ValueError, RecursionError, MemoryError) as exc:
+        raise ContractError("%s: unreadable: %s" % (path, _short(exc, 200))) from None
 
 
 def read_json_file(path, record_type):
@@ -146,6 +211,22 @@ def read_json_file(path, record_type):
         return record_type.from_dict(data)
     except ContractError as exc:
         raise ContractError("%s: %s" % (os.fspath(path), exc)) from None
+
+
+def _short(value, limit: int = 80) -> str:
+    """``str(value)`` (``repr`` for anything but an exception) cut to ``limit`` characters, for a message."""
+    text = str(value) if isinstance(value, BaseException) else _safe_repr(value)
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _safe_repr(value) -> str:
+    """repr of a small value; a large or nested one is named by its type and length (a repr of it could be
+    huge or recurse deeply)."""
+    if isinstance(value, (dict, list, tuple)):
+        return "%s of %d items" % ("an object" if isinstance(value, dict) else "a list", len(value))
+    if isinstance(value, str) and len(value) > 200:
+        return repr(value[:200]) + "..."
+    return repr(value)
 
 
 def _file_kind(mode: int) -> str:
@@ -420,31 +501,86 @@ _FINISHED_TYPES = {"schema": str, "benchmark": str, "metric": str, "value": _NUM
                    "higher_is_better": bool, "e2e_time": _NUM, "metrics": dict, "checks": dict, "env": dict}
 
 
+FINISHED_MAX_BYTES = 2 * 1024 * 1024     # a FINISHED payload larger than this (as JSON) is refused
+FINISHED_MAX_DEPTH = 32                  # and one nested deeper
+PER_RANK_MAX = 65536                     # checks.details.per_rank: at most this many values
+
+
+def finished_bounds_problem(payload) -> Optional[str]:
+    """Why a FINISHED payload is too deep or too large to keep ("nested deeper than 32 levels", "larger than
+    ... bytes"), or None. Checked before anything else reads the payload."""
+    problem = json_problem(payload, FINISHED_MAX_DEPTH)
+    if problem:
+        return problem
+    try:
+        size = len(json.dumps(payload, allow_nan=True, default=str))
+    except (ValueError, TypeError, RecursionError) as exc:
+        return "not JSON data: %s" % _short(exc)
+    if size > FINISHED_MAX_BYTES:
+        return "larger than %d bytes as JSON (%d)" % (FINISHED_MAX_BYTES, size)
+    return None
+
+
+def per_rank_problem(per_rank) -> Optional[str]:
+    """Why ``checks.details.per_rank`` is malformed, or None: it is ``{"metric": string, "values": [finite
+    numbers]}`` with at most PER_RANK_MAX values."""
+    if not isinstance(per_rank, dict):
+        return "checks.details.per_rank: expected an object, got %s" % _short(per_rank)
+    if not isinstance(per_rank.get("metric"), str):
+        return "checks.details.per_rank.metric: expected a string, got %s" % _short(per_rank.get("metric"))
+    values = per_rank.get("values")
+    if not isinstance(values, list):
+        return "checks.details.per_rank.values: expected a list, got %s" % _short(values)
+    if len(values) > PER_RANK_MAX:
+        return "checks.details.per_rank.values: %d values, at most %d" % (len(values), PER_RANK_MAX)
+    bad = next((i for i, v in enumerate(values) if not (_is(v, _NUM) and _float_sized(v))), None)
+    if bad is not None:
+        return "checks.details.per_rank.values[%d]: expected a finite number, got %s" % (bad, _short(values[bad]))
+    return None
+
+
 def validate_finished(payload) -> List[str]:
     """Every problem of a FINISHED payload against flagperf.perflog/1; [] when it is valid.
 
-    Rules: every key of the schema is present with its type; ``value`` and ``e2e_time`` are finite numbers;
-    each ``metrics`` entry is ``{"value": finite number, "unit": string}``; ``checks`` is
-    ``{"passed": true, "details": {...}}`` (a failed check is a CHECK_FAILED line, never a FINISHED one).
+    Rules: at most FINISHED_MAX_BYTES as JSON and FINISHED_MAX_DEPTH deep; every key of the schema is present
+    with its type; ``value`` and ``e2e_time`` are finite numbers; each ``metrics`` entry is
+    ``{"value": finite number, "unit": string}``; ``checks`` is ``{"passed": true, "details": {...}}`` (a
+    failed check is a CHECK_FAILED line, never a FINISHED one); ``checks.details.per_rank``, when present, is
+    ``{"metric": string, "values": [finite numbers]}`` (:func:`per_rank_problem`).
     """
-    problems = _fields(payload, _FINISHED_TYPES, tuple(_FINISHED_TYPES), "a FINISHED")
     if not isinstance(payload, dict):
-        return problems
+        return ["expected a FINISHED object, got %s" % type(payload).__name__]
+    bounds = finished_bounds_problem(payload)
+    if bounds:
+        return [bounds]
+    problems = []
+    for key, types in _FINISHED_TYPES.items():
+        if key not in payload:
+            problems.append("missing key %r" % key)
+        elif not _is(payload[key], types) or not _float_sized(payload[key]):
+            problems.append("%r: expected %s, got %s" % (key, _describe(types), _short(payload[key])))
     if isinstance(payload.get("schema"), str) and payload["schema"] != PERFLOG_SCHEMA:
-        problems.append("unsupported schema %r (expected %r)" % (payload["schema"], PERFLOG_SCHEMA))
+        problems.append("unsupported schema %s (expected %r)" % (_short(payload["schema"]), PERFLOG_SCHEMA))
     for key in ("benchmark", "metric"):
         if payload.get(key) == "":
             problems.append("%r: expected a non-empty string" % key)
     metrics = payload.get("metrics")
     for name, m in metrics.items() if isinstance(metrics, dict) else ():
-        if not (isinstance(m, dict) and _is(m.get("value"), _NUM) and isinstance(m.get("unit"), str)):
-            problems.append("metrics[%r]: expected {'value': finite number, 'unit': string}, got %r" % (name, m))
+        if not (isinstance(m, dict) and _is(m.get("value"), _NUM) and _float_sized(m.get("value"))
+                and isinstance(m.get("unit"), str)):
+            problems.append("metrics[%s]: expected {'value': finite number, 'unit': string}, got %s"
+                            % (_short(name), _short(m)))
     checks = payload.get("checks")
     if isinstance(checks, dict):
         if checks.get("passed") is not True:
             problems.append("checks.passed is not true")
-        if not isinstance(checks.get("details", {}), dict):
+        details = checks.get("details", {})
+        if not isinstance(details, dict):
             problems.append("checks.details: expected an object")
+        elif "per_rank" in details:
+            problem = per_rank_problem(details["per_rank"])
+            if problem:
+                problems.append(problem)
     return problems
 
 
@@ -481,18 +617,36 @@ def perflog_line(record: dict) -> str:
     return PERFLOG_PREFIX + json.dumps(record, allow_nan=False)
 
 
-def parse_perflog_line(line: str) -> Optional[dict]:
-    """The record of a ``[PerfLog] {json}`` line, or None for any other line (or a cut-off one)."""
+PERFLOG_LINE_MAX_CHARS = 4 * 1024 * 1024  # a longer PerfLog line is refused unread
+PERFLOG_MAX_DEPTH = FINISHED_MAX_DEPTH + 2  # a record nested deeper is refused
+
+
+def read_perflog_line(line: str) -> Tuple[Optional[dict], Optional[str]]:
+    """(record, None) for a ``[PerfLog] {json}`` line; (None, None) for any other line (or a cut-off one, text
+    that is not JSON); (None, why) for a PerfLog line refused for its size or nesting depth."""
     i = line.find(PERFLOG_PREFIX)
     if i < 0:
-        return None
+        return None, None
+    if len(line) - i > PERFLOG_LINE_MAX_CHARS:
+        return None, "a PerfLog line longer than %d characters" % PERFLOG_LINE_MAX_CHARS
     try:
         record = json.loads(line[i + len(PERFLOG_PREFIX):])
+    except RecursionError:
+        return None, "a PerfLog line nested deeper than %d levels" % PERFLOG_MAX_DEPTH
     except ValueError:
-        return None
+        return None, None
+    problem = json_problem(record, PERFLOG_MAX_DEPTH)
+    if problem:
+        return None, "a PerfLog line %s" % problem
     if isinstance(record, dict) and isinstance(record.get("event"), str):
-        return record
-    return None
+        return record, None
+    return None, None
+
+
+def parse_perflog_line(line: str) -> Optional[dict]:
+    """The record of a ``[PerfLog] {json}`` line, or None for any other line (or a cut-off one, or one refused
+    for its size or depth: :func:`read_perflog_line`)."""
+    return read_perflog_line(line)[0]
 
 
 # ------------------------------------------------------------------------------------------ Slurm placeholders

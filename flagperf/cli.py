@@ -9,10 +9,13 @@ import click
 
 from flagperf import __version__
 from flagperf.errors import EXIT_CONFIG, EXIT_HOSTS, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, ConfigError
+from flagperf.untrusted import for_rich, for_terminal
 
 from flagperf.config import SOURCE_ROOT  # noqa: E402  (light: yaml and dataclasses only)
 
 DEFAULT_CONFIG = SOURCE_ROOT / "configs" / "test_conf.yaml"
+SCREEN_LINE_MAX_CHARS = 16384           # one printed line of a run or a plan, which may quote several config texts
+MARKDOWN_MAX_CHARS = 64 * 1024 * 1024   # report.md printed whole (its own texts are capped already)
 
 config_option = click.option(
     "--config", "config_path", type=click.Path(dir_okay=False, path_type=Path), default=DEFAULT_CONFIG,
@@ -43,7 +46,7 @@ def _load(config_path, cluster_path):
     if cfg.warnings:        # FlagPerf keys accepted and ignored, or given another meaning: one line each
         err = _console(stderr=True)
         for warning in cfg.warnings:
-            err.print(f"flagperf: warning: {warning}", style="yellow", markup=False, highlight=False)
+            err.print(f"flagperf: warning: {for_terminal(warning)}", style="yellow", markup=False, highlight=False)
     return cfg
 
 
@@ -51,7 +54,7 @@ def _exit_config(exc: ConfigError, prefix="config error: "):
     """Every problem on its own line on stderr, then exit 2 (no traceback)."""
     err = _console(stderr=True)
     for problem in exc.problems:
-        err.print(f"flagperf: {prefix}{problem}", markup=False)
+        err.print(f"flagperf: {prefix}{for_terminal(problem)}", markup=False)
     sys.exit(EXIT_CONFIG)
 
 
@@ -89,15 +92,18 @@ def run(config_path, cluster_path, accept_new_host_keys, dry_run):
         if local is not None:
             plan = build_plan(cfg, plan.run_id, {"localhost": local})
         for line in plan_lines(plan, backend):
-            console.print(line, markup=False)
+            console.print(for_terminal(line, limit=SCREEN_LINE_MAX_CHARS), markup=False)
         sys.exit(EXIT_OK)
     from flagperf.pipeline import Run
     from flagperf.reporters import reporter
 
     def say(msg):
         from datetime import datetime
-        console.print(f"[dim]{datetime.now():%H:%M:%S}[/] {msg}", markup=True, highlight=False) \
-            if "[" not in msg else console.print(f"{datetime.now():%H:%M:%S} {msg}", markup=False)
+
+        from rich.text import Text
+        console.print(Text(f"{datetime.now():%H:%M:%S} ", style="dim") + for_rich(msg, newlines=True,
+                                                                               limit=SCREEN_LINE_MAX_CHARS),
+                      highlight=False)
 
     from flagperf.errors import Interrupted
     import logging
@@ -116,11 +122,12 @@ def run(config_path, cluster_path, accept_new_host_keys, dry_run):
         import logging
         import traceback
         logging.getLogger(f"flagperf.run.{plan.run_id}").error(traceback.format_exc())
-        _console(stderr=True).print(f"flagperf: internal error: {type(exc).__name__}: {exc}", markup=False)
+        _console(stderr=True).print(f"flagperf: internal error: {type(exc).__name__}: {for_terminal(exc)}",
+                                    markup=False)
         sys.exit(EXIT_INTERNAL)
     console.print(reporter("terminal").render(runner.summary))
     _print_rankings(console, runner.summary)
-    console.print(f"results: {plan.run_dir}", markup=False)
+    console.print(f"results: {for_terminal(plan.run_dir)}", markup=False)
     sys.exit(code)
 
 
@@ -199,19 +206,19 @@ def deploy(config_path, cluster_path, accept_new_host_keys):
     for col in ("host", "path", "result"):
         table.add_column(col)
     for f in failures:
-        table.add_row(f.host, "", f"[red]{f.outcome}: {f.detail}[/]")
+        table.add_row(for_rich(f.host), "", for_rich(f"{f.outcome}: {f.detail}", "red"))
     for o in outcomes:
         if o.ok:
             d = o.value
             what = "is the driver's own tree" if d.same_tree else \
                 f"{d.files_sent} of {d.files_total} file(s) sent, {d.bytes_sent} bytes{d.tree_note}"
-            table.add_row(d.host, d.path, f"[green]{what}[/]")
+            table.add_row(for_rich(d.host), for_rich(d.path), for_rich(what, "green"))
         else:
-            table.add_row(o.key.address, o.key.flagperf_path, f"[red]{o.error}[/]")
+            table.add_row(for_rich(o.key.address), for_rich(o.key.flagperf_path), for_rich(o.error, "red"))
     _console().print(table)
     for o in outcomes:      # what a CASE_PATHS folder held that was not sent (symlinks out of it, special files)
         for note in o.value.notes if o.ok else ():
-            click.echo(f"WARNING: deploy: host {o.value.host}: {note}", err=True)
+            click.echo(for_terminal(f"WARNING: deploy: host {o.value.host}: {note}"), err=True)
     sys.exit(EXIT_OK if not failures and all(o.ok for o in outcomes) else EXIT_HOSTS)
 
 
@@ -230,12 +237,12 @@ def collect(run_dir, config_path, accept_new_host_keys):
         results = collect_run(run_dir, accept_new_host_keys=accept_new_host_keys)
     except ConfigError as exc:
         _exit_config(exc, prefix="")
-    table = Table(title=f"collect {run_dir}")
+    table = Table(title=for_rich(f"collect {run_dir}"))
     for col in ("host", "nodes", "files", "bytes", "result"):
         table.add_column(col)
     for r in results:
-        table.add_row(r.host, str(r.nodes), str(r.files), str(r.bytes),
-                      "[green]ok[/]" if r.ok else f"[red]{r.error}[/]")
+        table.add_row(for_rich(r.host), str(r.nodes), str(r.files), str(r.bytes),
+                      for_rich("ok", "green") if r.ok else for_rich(r.error, "red"))
     _console().print(table)
     sys.exit(EXIT_OK if all(r.ok for r in results) else EXIT_HOSTS)
 
@@ -258,18 +265,18 @@ def clean(config_path, cluster_path, accept_new_host_keys, run_id):
         removed = backend.clean(hosts, run_id)
     finally:
         backend.close()
-    table = Table(title="clean" + (f" {run_id}" if run_id else ""))
+    table = Table(title=for_rich("clean" + (f" {run_id}" if run_id else "")))
     table.add_column("host")
     table.add_column("removed")
     ok = not failures
     for f in failures:
-        table.add_row(f.host, f"[red]{f.outcome}: {f.detail}[/]")
+        table.add_row(for_rich(f.host), for_rich(f"{f.outcome}: {f.detail}", "red"))
     for host, names in removed.items():
         if isinstance(names, list):
-            table.add_row(host, ", ".join(names) or "nothing to remove")
+            table.add_row(for_rich(host), for_rich(", ".join(names) or "nothing to remove"))
         else:
             ok = False
-            table.add_row(host, f"[red]{names}[/]")
+            table.add_row(for_rich(host), for_rich(names, "red"))
     _console().print(table)
     sys.exit(EXIT_OK if ok else EXIT_HOSTS)
 
@@ -305,12 +312,13 @@ def report(run_dir, config_path, as_markdown, as_html):
     if as_html:
         html = next((o for o in written if o.name == "html"), None)
         if html is None or html.path is None:
-            click.echo(f"flagperf: {html.error if html else 'no html reporter registered'}", err=True)
+            click.echo(f"flagperf: {for_terminal(html.error) if html else 'no html reporter registered'}", err=True)
             sys.exit(1)
-        click.echo(str(html.path))
+        click.echo(for_terminal(html.path))
         return
     if as_markdown:
-        console.print(reporter("markdown").render(summary), markup=False)
+        console.print(for_terminal(reporter("markdown").render(summary), newlines=True, limit=MARKDOWN_MAX_CHARS),
+                      markup=False)
         return
     terminal = reporter("terminal")
     console.print(terminal.render(summary))
@@ -318,7 +326,7 @@ def report(run_dir, config_path, as_markdown, as_html):
     for line in terminal.failure_lines(summary):
         console.print(line, markup=False)
     for o in written:
-        console.print(f"report {o.name}: {o.path if o.path is not None else o.error}", markup=False)
+        console.print(f"report {o.name}: {for_terminal(o.path if o.path is not None else o.error)}", markup=False)
 
 
 @main.command()
@@ -361,10 +369,11 @@ def list_cmd():
     for name in vendor_names(SOURCE_ROOT):
         profile, problems = load_vendor(SOURCE_ROOT, name)
         if profile is None:
-            table.add_row(name, "-", "-", "-", "-", f"[red]invalid: {problems[0]}[/]")
+            table.add_row(for_rich(name), "-", "-", "-", "-", for_rich(f"invalid: {problems[0]}", "red"))
         else:
-            table.add_row(name, ", ".join(profile.frameworks), profile.torch_device or profile.device,
-                          profile.dist_backend, "yes" if profile.tested else "no", profile.description)
+            table.add_row(for_rich(name), for_rich(", ".join(profile.frameworks)),
+                          for_rich(profile.torch_device or profile.device), for_rich(profile.dist_backend),
+                          "yes" if profile.tested else "no", for_rich(profile.description))
     console.print(table)
 
 

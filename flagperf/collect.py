@@ -60,6 +60,22 @@ def _safe_local_dir(run_dir: Path, rel) -> Path:
     return target
 
 
+_NODE_FIELDS = (("host", True), ("node_dir", True), ("local_dir", True), ("node", False))
+
+
+def _check_nodes(run_dir: Path, nodes) -> None:
+    """Every node entry of run.json names its host, node directory and local directory as strings (and its
+    label, when it has one); ConfigError naming the first entry that does not."""
+    for i, n in enumerate(nodes):
+        for key, required in _NODE_FIELDS:
+            if (required or key in n) and not (isinstance(n.get(key), str) and n.get(key)):
+                got = n.get(key)
+                shown = f"{type(got).__name__} of {len(got)} items" if isinstance(got, (list, dict)) else \
+                    repr(got)[:60]
+                raise ConfigError(f"{run_dir / 'run.json'}: nodes[{i}].{key}: expected a non-empty string, "
+                                  f"got {shown}")
+
+
 def collect_run(run_dir: Path, *, accept_new_host_keys: bool = False, log=None) -> list:
     """Fetch every node directory of the run that is missing (or incomplete) on the driver, per host."""
     run_dir = Path(run_dir)
@@ -69,13 +85,18 @@ def collect_run(run_dir: Path, *, accept_new_host_keys: bool = False, log=None) 
         raise ConfigError(f"{run_dir / 'run.json'}: backend {name!r} is not known to this flagperf")
     record = rec.to_dict()
     cls = backend_class(name)
+    _check_nodes(run_dir, rec.nodes)
     try:
         hosts = cls.hosts_from_record(record)
+        bad = next((h for h in hosts if not (isinstance(h.address, str) and h.address)), None)
+        if bad is not None:
+            raise ValueError(f"a host address is {type(bad.address).__name__}, not a non-empty string")
         by_address = {h.address: h for h in hosts}
         targets = [CollectTarget(by_address[n["host"]], n["node_dir"], _safe_local_dir(run_dir, n["local_dir"]),
                                  n.get("node", n["host"])) for n in rec.nodes]
-    except (KeyError, TypeError, AttributeError) as exc:
-        raise ConfigError(f"{run_dir / 'run.json'}: a host or node entry is incomplete ({exc})") from None
+    except (KeyError, TypeError, AttributeError, ValueError) as exc:
+        raise ConfigError(f"{run_dir / 'run.json'}: a host or node entry is incomplete "
+                          f"({type(exc).__name__}: {str(exc)[:200]})") from None
     try:
         backend = cls.collector(record, log or logging.getLogger("flagperf.collect"),
                                 accept_new_host_keys=accept_new_host_keys)

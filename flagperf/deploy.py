@@ -3,17 +3,19 @@
 Besides flagperf's own folders, every CASE_PATHS folder the run's cases use goes to ``<FLAGPERF_PATH>/cases/
 <model>/`` (flagperf.caselaunch.deploy_folders). Those folders are the user's: a symlink in one is sent only
 when it points at a regular file inside that same folder, never followed out of it.
+
+Every file is opened once, when it is hashed, and what is sent is what was read then (a TreeSnapshot): no path
+is looked up again between the hash and the send, so a file swapped for a symlink meanwhile sends nothing from
+outside (docs/reliability.md).
 """
 
 from __future__ import annotations
 
-import os
-import stat
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from flagperf.caselaunch import deploy_folders, needs_deploy
-from flagperf.hosts.treesync import local_hashes, sha256_file
+from flagperf.hosts.treesync import TreeSnapshot, snapshot_files, snapshot_tree
 from flagperf.ownership import claim_tree, tree_note
 
 # What a host needs: the folders that run there, and the contract module they share with the driver.
@@ -45,32 +47,11 @@ class CaseTree:
 
 def case_tree(folder, dest_rel: str) -> CaseTree:
     """Hash a case folder without following a symlink out of it: a symlink to a regular file inside the folder is
-    sent as that file; a symlink elsewhere, a symlinked folder and anything not a regular file are left out."""
-    folder = Path(folder)
-    real = folder.resolve()
-    files, skipped = {}, {}
-    for d, dirs, names in os.walk(folder):
-        for name in list(dirs):
-            if os.path.islink(os.path.join(d, name)):
-                skipped[os.path.relpath(os.path.join(d, name), folder)] = "a symlink to a folder, not followed"
-        dirs[:] = sorted(x for x in dirs if x != "__pycache__" and not os.path.islink(os.path.join(d, x)))
-        for name in sorted(names):
-            path = Path(d) / name
-            rel = os.path.relpath(path, folder)
-            try:
-                st = os.lstat(path)
-                if stat.S_ISLNK(st.st_mode):
-                    target = path.resolve()
-                    if real not in target.parents or not target.is_file():
-                        skipped[rel] = f"a symlink to {os.readlink(path)!r}, outside the case folder: not sent"
-                        continue
-                elif not stat.S_ISREG(st.st_mode):
-                    skipped[rel] = "not a regular file: not sent"
-                    continue
-                files[rel] = sha256_file(path)
-            except (OSError, RuntimeError) as exc:
-                skipped[rel] = f"unreadable ({exc}): not sent"
-    return CaseTree(folder, dest_rel, files, skipped)
+    sent as that file; a symlink elsewhere, a symlinked folder and anything not a regular file are left out. Each
+    file is opened once (O_NOFOLLOW, relative to its folder's handle) and what is sent is what was read then
+    (flagperf.hosts.treesync.snapshot_tree)."""
+    snap = snapshot_tree(folder, confined=True)
+    return CaseTree(Path(folder), dest_rel, snap, snap.skipped)
 
 
 def case_trees(config) -> tuple:
@@ -79,7 +60,8 @@ def case_trees(config) -> tuple:
 
 
 def local_manifest(source_root: Path) -> dict:
-    return local_hashes(source_root, DEPLOY_DIRS)
+    """{relpath: sha256} of the tree's DEPLOY_DIRS, each file read once and sent as read (a TreeSnapshot)."""
+    return snapshot_tree(source_root, DEPLOY_DIRS, confined=False)
 
 
 def deploy_host(transport, source_root: Path, manifest: dict | None = None, cases: tuple = ()) -> DeployResult:
@@ -92,14 +74,24 @@ def deploy_host(transport, source_root: Path, manifest: dict | None = None, case
     how = claim_tree(transport, dest)       # refused (TreeNotOwned): nothing is hashed, written or sent there
     remote = transport.file_hashes(dest, DEPLOY_DIRS)
     differ = sorted(rel for rel, digest in manifest.items() if remote.get(rel) != digest)
-    sent = transport.put_files(source_root, differ, dest) if differ else 0
+    sent = 0
+    if differ:
+        # What is sent is what was hashed: the manifest's own reads, or (a plain {relpath: sha256}) the tree's
+        # files read once now.
+        source = manifest if isinstance(manifest, TreeSnapshot) else snapshot_files(source_root, differ)
+        try:
+            sent = transport.put_files(source, differ, dest)
+        finally:
+            if source is not manifest:
+                source.close()
     total, n_differ, notes = len(manifest), len(differ), []
     for tree in cases:
         remote = transport.file_hashes(dest, [tree.rel])
         prefix = PurePosixPath(tree.rel)
         differ = sorted(rel for rel, digest in tree.files.items() if remote.get(str(prefix / rel)) != digest)
         if differ:
-            sent += transport.put_files(tree.folder, differ, str(PurePosixPath(dest) / tree.rel))
+            files = tree.files if isinstance(tree.files, TreeSnapshot) else case_tree(tree.folder, tree.rel).files
+            sent += transport.put_files(files, differ, str(PurePosixPath(dest) / tree.rel))
         total, n_differ = total + len(tree.files), n_differ + len(differ)
         notes += [f"{tree.folder / rel}: {why}" for rel, why in sorted(tree.skipped.items())]
     return DeployResult(host.address, dest, total, n_differ, sent, notes=tuple(notes), tree=how,

@@ -71,6 +71,7 @@ class CasePlan:
     config_files: tuple     # case-config files merged, in order
     rounds: tuple
     timeout_s: float = 7200.0   # CASE_TIMEOUT: how long each round may run
+    run_dir: Path | None = None     # the run directory on the driver (a case's image build logs go under it)
 
     @property
     def hosts(self) -> tuple:
@@ -208,7 +209,7 @@ def build_plan(config: Config, run_id: str | None = None, accelerators: dict | N
                 nodes = [_node(config, case, name, k, case_cfg, host, node_rank, master, run_id, round_rel, run_dir)
                          for node_rank, host in enumerate(config.cluster.hosts[:case.nnodes])]
             rounds.append(RoundPlan(k, run_dir / name / f"round{k}", tuple(nodes)))
-        cases.append(CasePlan(case, name, files, tuple(rounds), t.case_timeout))
+        cases.append(CasePlan(case, name, files, tuple(rounds), t.case_timeout, run_dir))
     return Plan(run_id, run_dir, config, tuple(cases), tuple(notes))
 
 

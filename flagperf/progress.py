@@ -7,6 +7,9 @@ is a :class:`Progress`: the default one does nothing, so the log lines are all a
 pipe) gets. On a terminal, ``LiveProgress`` keeps a rich Live panel under the scrolling log lines: the current
 stage, and for the running round every node's state (waiting, preparing, running, collecting, ...) with the
 round's elapsed time against CASE_TIMEOUT.
+
+What a line or the panel shows may hold text from a host (node names, failure reasons, last lines): it reaches
+``say`` and the panel through :func:`flagperf.untrusted.for_terminal`, its control characters shown escaped.
 """
 from __future__ import annotations
 
@@ -15,15 +18,26 @@ import shlex
 import threading
 import time
 
+from rich.table import Table
+from rich.text import Text
+
+from flagperf.untrusted import MAX_CHARS, for_terminal
+
+SAY_MAX_CHARS = 4 * MAX_CHARS       # one terminal line of a run, which may quote several texts from hosts
+
 
 class Console:
     """The one output of a run's stages. ``say`` prints a line on the terminal; ``log`` is the run log;
     ``progress`` the live panel."""
 
     def __init__(self, say=print, log: logging.Logger | None = None, progress: "Progress | None" = None):
-        self.say = say
+        self._say = say
         self.log = log or logging.getLogger("flagperf.run")
         self.progress = progress or Progress()
+
+    def say(self, message: str) -> None:
+        """A line for the terminal alone, its control characters shown escaped (newlines kept)."""
+        self._say(for_terminal(message, newlines=True, limit=SAY_MAX_CHARS))
 
     def step(self, message: str, level: int = logging.INFO) -> None:
         """A line for the terminal and the run log; WARNING and above are prefixed with their level."""
@@ -41,7 +55,7 @@ class Console:
     def lines(self, lines) -> None:
         """The last lines of a log that explains a failure, indented, on the terminal and in the run log."""
         for line in lines:
-            self.say(f"    | {line}")
+            self.say(f"    | {for_terminal(line)}")
             self.log.error(f"    | {line}")
 
     def stage(self, text: str) -> None:
@@ -92,27 +106,25 @@ class LiveProgress(Progress):
 
     def stage(self, text):
         with self.lock:
-            self.text = text
+            self.text = for_terminal(text)
 
     def round(self, label, nodes, timeout_s):
         with self.lock:
-            self.label, self.timeout_s, self.t0 = label, float(timeout_s), time.monotonic()
-            self.nodes = {n: ["waiting", ""] for n in nodes}
-            self.text = f"{label}: starting"
+            self.label, self.timeout_s, self.t0 = for_terminal(label), float(timeout_s), time.monotonic()
+            self.nodes = {for_terminal(n): ["waiting", ""] for n in nodes}
+            self.text = f"{self.label}: starting"
 
     def node(self, label, state, detail=""):
         with self.lock:
-            self.nodes[label] = [state, detail]
+            self.nodes[for_terminal(label)] = [for_terminal(state), for_terminal(detail)]
 
     def round_done(self, status):
         with self.lock:
-            self.text = f"{self.label}: {status}"
+            self.text = f"{self.label}: {for_terminal(status)}"
             self.label = None
             self.nodes = {}
 
     def _render(self):
-        from rich.table import Table
-        from rich.text import Text
         with self.lock:
             table = Table.grid(padding=(0, 2))
             table.add_row(Text("▶ ", style="bold cyan") + Text(self.text))

@@ -1,10 +1,16 @@
-"""Terminal rendering with rich: the dry-run plan and the check table (a run's table is a reporter)."""
+"""Terminal rendering with rich: the dry-run plan and the check table (a run's table is a reporter).
+
+A host's answers (check details, remedies) enter the table as :func:`flagperf.untrusted.for_markup` text; the plan's
+lines are printed through :func:`flagperf.untrusted.for_terminal` by the caller.
+"""
 
 from __future__ import annotations
 
 import shlex
 
 from rich.table import Table
+
+from flagperf.untrusted import for_markup
 
 
 def plan_lines(plan, backend=None) -> list:
@@ -59,5 +65,6 @@ def check_table(results) -> Table:
         table.add_column(col)
     for r in results:
         style = "green" if r.ok else "red"
-        table.add_row(r.host, f"[{style}]{r.outcome}[/]", r.detail, r.remedy or "")
+        table.add_row(for_markup(r.host), f"[{style}]{for_markup(r.outcome)}[/]", for_markup(r.detail),
+                      for_markup(r.remedy or ""))
     return table

@@ -170,7 +170,7 @@ _Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _constru
 def load_yaml_file(path: Path):
     """Return (data, problems); problems are one-line messages naming the file (and line)."""
     path = Path(path)
-    text, problem = _read_text(path)
+    text, problem = read_text(path)
     if problem:
         return None, [one_line(f"{path}: {problem}")]
     try:
@@ -193,9 +193,10 @@ def load_yaml_file(path: Path):
         return None, [f"{path}: YAML syntax error: nesting too deep"]
 
 
-def _read_text(path: Path, kind: str = "YAML") -> tuple:
-    """(text, None) or (None, what is wrong): a regular file of at most MAX_FILE_BYTES, in UTF-8. ``kind`` names
-    the file's language in the messages."""
+def read_text(path: Path, kind: str = "YAML") -> tuple:
+    """(text, None) or (None, what is wrong): a regular file of at most MAX_FILE_BYTES, in UTF-8; ``kind`` names
+    the file's language in the messages. The file is opened without blocking and checked again once open, so that
+    a pipe or device put in its place after the first look is refused, not read."""
     try:
         st = os.stat(path)
     except FileNotFoundError:
@@ -204,15 +205,30 @@ def _read_text(path: Path, kind: str = "YAML") -> tuple:
         return None, f"cannot read: {_os_reason(exc)}"
     if stat.S_ISDIR(st.st_mode):
         return None, f"expected a {kind} file, found a directory"
+    not_regular = f"expected a regular {kind} file (not a device, pipe or socket)"
     if not stat.S_ISREG(st.st_mode):
-        return None, f"expected a regular {kind} file (not a device, pipe or socket)"
+        return None, not_regular
     if st.st_size > MAX_FILE_BYTES:
         return None, f"the file has {st.st_size} bytes; a config file may have at most {MAX_FILE_BYTES}"
     try:
-        with open(path, "rb") as f:
-            raw = f.read(MAX_FILE_BYTES + 1)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0))
     except (OSError, ValueError) as exc:
         return None, f"cannot read: {_os_reason(exc)}"
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None, not_regular
+        chunks, size = [], 0
+        while size <= MAX_FILE_BYTES:
+            chunk = os.read(fd, MAX_FILE_BYTES + 1 - size)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    except OSError as exc:
+        return None, f"cannot read: {_os_reason(exc)}"
+    finally:
+        os.close(fd)
+    raw = b"".join(chunks)
     if len(raw) > MAX_FILE_BYTES:
         return None, f"the file has more than {MAX_FILE_BYTES} bytes, the most a config file may have"
     try:

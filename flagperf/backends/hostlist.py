@@ -125,7 +125,7 @@ class HostListBackend(Backend):
     # -- a case ---------------------------------------------------------------------------------------------
     def prepare_case(self, case) -> None:
         try:
-            self.runtime.prepare_case(self.transports, case, self.config.test.log_path, self.log)
+            self.runtime.prepare_case(self.transports, case, case.run_dir or self.config.test.log_path, self.log)
         except BackendError:
             raise
         except Exception as exc:  # noqa: BLE001 - images, daemons, APIs: each failure fails this case only

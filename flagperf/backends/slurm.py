@@ -38,8 +38,8 @@ from flagperf.options.slurm import (CONTAINER_RUNTIMES, TOKEN, SlurmOptions, der
 from flagperf.backends.slurm_script import (COMMENT_DONE, COMMENT_LAUNCHERS, SQUEUE_FORMAT, STEP_LAUNCHER,
                                             STEP_MONITOR, JobInfo, batch_script, ch_run_argv, gres_gpus,
                                             parse_partitions, parse_sbatch, parse_sinfo_nodes, parse_squeue,
-                                            parse_steps, pyxis_options, sbatch_argv, scheduler_end, specs_document,
-                                            specs_json, substitute, time_limit_seconds, usable_state)
+                                            output_option, parse_steps, pyxis_options, sbatch_argv, scheduler_end,
+                                            specs_document, specs_json, substitute, time_limit_seconds, usable_state)
 from flagperf.caselaunch import needs_deploy
 from flagperf.checks import HostCheck
 from flagperf.deploy import case_trees, deploy_host, local_manifest
@@ -434,8 +434,11 @@ class SlurmBackend(Backend):
         if argv and argv[0] == here:
             argv[0] = inside
         if runtime == "charliecloud":       # slurm_node.py stays on the node; ch-run starts the node launcher
-            argv = ch_run_argv(str(self.opts.container_image), self._mounts(node), self.config.test.flagperf_path) \
-                + argv
+            try:
+                argv = ch_run_argv(str(self.opts.container_image), self._mounts(node),
+                                   self.config.test.flagperf_path) + argv
+            except ValueError as exc:
+                raise BackendError(f"RUNTIME charliecloud: {exc}") from None
         return dataclasses.replace(node, launch=LaunchSpec.from_dict(launch), launcher_argv=tuple(argv))
 
     def _mounts(self, node) -> list:
@@ -500,12 +503,15 @@ class SlurmBackend(Backend):
         runtime = self.config.test.runtime
         extra: dict = {"set_user": runtime == "charliecloud"}
         if runtime == "pyxis":      # every task of the launcher step runs in the image
-            extra.update(launch_python=self.opts.container_python,
-                         launch_options=pyxis_options(str(self.opts.container_image), self._mounts(nodes[0]), str(fp)))
+            try:
+                options = pyxis_options(str(self.opts.container_image), self._mounts(nodes[0]), str(fp))
+            except ValueError as exc:
+                raise BackendError(f"RUNTIME pyxis: {exc}") from None
+            extra.update(launch_python=self.opts.container_python, launch_options=options)
         if self.opts.shared_fs:
             script = batch_script(title=title, python=self.opts.python, wrapper=str(fp / WRAPPER),
                                   specs=str(job_dir / SPECS_FILE), **extra)
-            output = str(job_dir / "job-%j.out")
+            output = output_option(str(job_dir))[0]
         else:
             specs = str(PurePosixPath(nodes[0].node_dir).parent / job_dir.name / SPECS_FILE)
             script = batch_script(title=title, python=self.opts.python, wrapper=str(fp / WRAPPER), specs=specs,
@@ -803,11 +809,14 @@ class SlurmBackend(Backend):
         job_dir = node.local_dir.parent / ("slurm" if index is None else f"slurm-{index}")
         tokens = {} if each else {n.host.address: i for i, n in enumerate(nodes)}
         port = node.master_port if self.opts.derived_port else None
-        doc = specs_document([_node_spec(self._template(n)) for n in nodes], tokens, port_placeholder=port,
-                             exit_file=EXIT_FILE, out_file=NODE_OUTPUT, monitor_out_file=MONITOR_OUTPUT)
         pin = f"<usable node {index} of the partition>" if each else None
-        script, argv = self._job_files(node.launch.case_name, node.launch.round, nodes, job_dir, doc, pin,
-                                       self.config.test.case_timeout)
+        try:
+            doc = specs_document([_node_spec(self._template(n)) for n in nodes], tokens, port_placeholder=port,
+                                 exit_file=EXIT_FILE, out_file=NODE_OUTPUT, monitor_out_file=MONITOR_OUTPUT)
+            script, argv = self._job_files(node.launch.case_name, node.launch.round, nodes, job_dir, doc, pin,
+                                           self.config.test.case_timeout)
+        except BackendError as exc:
+            return [f"slurm: the job cannot be written: {exc}"]
         lines = [f"slurm: one job {'for this node' if each else 'for the round'}, submitted when the round starts "
                  f"(host names in {{slurm-node<k>}} are filled in when it runs"
                  + (f"; MASTER_PORT {port} becomes {derived_port(0)} + job id % 10000" if port else "") + "):",
@@ -892,7 +901,7 @@ class _Step:
 
     def _job_output_tail(self) -> str:
         """The last lines of the batch job's output file (srun's and slurm_node.py's own errors)."""
-        path = self.job.job_dir / f"job-{self.job.job_id}.out"
+        path = self.job.job_dir / output_option(str(self.job.job_dir))[1].replace("%j", str(self.job.job_id))
         try:
             with open(path, "rb") as f:
                 f.seek(max(0, os.fstat(f.fileno()).st_size - 4096))

@@ -85,31 +85,64 @@ def sbatch_argv(opts, *, nnodes: int, job_name: str, time: str, output: str, chd
     return argv
 
 
+class NodeWord(str):
+    """A word of the batch script's own fixed text that the shell expands on the node (a ``${SLURM_...}``
+    variable), written double-quoted as it is. Only this module makes them; every other word, config values
+    included, is quoted once with shlex.quote, whatever it holds."""
+
+
+JOB_NODES = NodeWord("--nodes=${SLURM_JOB_NUM_NODES}")     # every node of the job, as srun counts them
+
+
 def step_argv(name: str, python: str, wrapper: str, mode: str, specs: str, options=()) -> list:
     """srun of one step: one task on every node of the job, beside the other steps (--overlap). ``options``: more
     srun options (a container plug-in's, e.g. pyxis --container-image)."""
-    return ["srun", "--overlap", "--nodes=${SLURM_JOB_NUM_NODES}", "--ntasks-per-node=1", f"--job-name={name}",
+    return ["srun", "--overlap", JOB_NODES, "--ntasks-per-node=1", f"--job-name={name}",
             "--kill-on-bad-exit=0", *options, python, wrapper, mode, specs]
 
 
 def pyxis_options(image: str, mounts, workdir: str) -> list:
     """The launcher step's srun options for pyxis: every task (slurm_node.py, the node launcher, the ranks) runs in
-    ``image``, with ``mounts`` ((source, target), ...) at the same paths."""
+    ``image``, with ``mounts`` ((source, target), ...) at the same paths. ValueError: a path pyxis cannot name
+    (its mount list is split at ',' and ':')."""
+    for a, b in mounts:
+        if any(c in a + b for c in ",:"):
+            bad = a if "," in a or ":" in a else b
+            raise ValueError(f"srun --container-mounts cannot name a path holding ',' or ':': {bad}")
     return [f"--container-image={image}", "--container-mounts=" + ",".join(f"{a}:{b}" for a, b in mounts),
             f"--container-workdir={workdir}"]
 
 
 def ch_run_argv(image: str, mounts, workdir: str) -> list:
-    """The prefix that runs a command in a Charliecloud image directory with ``mounts`` bound."""
+    """The prefix that runs a command in a Charliecloud image directory with ``mounts`` bound. ValueError: a path
+    ch-run -b cannot name (SOURCE:TARGET is split at ':')."""
     argv = ["ch-run"]
     for a, b in mounts:
+        if ":" in a + b:
+            raise ValueError(f"ch-run -b cannot name a path holding ':': {a if ':' in a else b}")
         argv += ["-b", a if a == b else f"{a}:{b}"]
     return argv + ["-c", workdir, image, "--"]
 
 
+def output_option(folder: str) -> tuple:
+    """(sbatch --output value, the output file's name in ``folder``, "%j" standing for the job id) of a job whose
+    output goes to ``folder``. sbatch expands %-patterns in the value, so a '%' of the folder is written '%%'; a
+    backslash anywhere in it turns every pattern off and escapes the next character, so then the folder's
+    backslashes are doubled and the file is named without the job id."""
+    if "\\" in folder:
+        return folder.replace("\\", "\\\\") + "/job.out", "job.out"
+    return folder.replace("%", "%%") + "/job-%j.out", "job-%j.out"
+
+
 def _sh(argv) -> str:
-    """A command line for the script: every word quoted once, except the ${SLURM_...} word srun needs expanded."""
-    return " ".join(f'"{a}"' if "${SLURM_" in a else shlex.quote(a) for a in argv)
+    """A command line for the script: every word quoted once (shlex.quote), except the script's own NodeWords,
+    which the shell on the node expands."""
+    return " ".join(f'"{a}"' if type(a) is NodeWord else shlex.quote(a) for a in argv)
+
+
+def _comment(text: str) -> str:
+    """``text`` as one comment line of the script (a line break or another control character shown as '?')."""
+    return "".join(c if c.isprintable() else "?" for c in text)
 
 
 def batch_script(*, title: str, python: str, wrapper: str, specs: str, inline_specs: str | None = None,
@@ -121,7 +154,7 @@ def batch_script(*, title: str, python: str, wrapper: str, specs: str, inline_sp
     inside the image). ``set_user``: make sure $USER is set (ch-run needs it)."""
     lines = [
         "#!/bin/bash",
-        f"# {title}",
+        f"# {_comment(title)}",
         "# Written by flagperf (docs/slurm.md); the sbatch options are on its command line (flagperf_run.log).",
         "set -u",
         "FLAGPERF_SLURM_HOSTS=$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | paste -sd, -) || exit 3",
@@ -130,12 +163,12 @@ def batch_script(*, title: str, python: str, wrapper: str, specs: str, inline_sp
     if set_user:
         lines.append("export USER=\"${USER:-$(id -un)}\"")
     if inline_specs is not None:
-        if "\n" in inline_specs:
+        if "\n" in inline_specs or "\r" in inline_specs or inline_specs.strip() == SPECS_END:
             raise ValueError("inline specs must be one line of JSON")
         folder = specs.rsplit("/", 1)[0] or "/"
         lines += [
             f"specs_here={shlex.quote(specs)}.$SLURM_JOB_ID",
-            _sh(["srun", "--overlap", "--nodes=${SLURM_JOB_NUM_NODES}", "--ntasks-per-node=1", "mkdir", "-p", folder])
+            _sh(["srun", "--overlap", JOB_NODES, "--ntasks-per-node=1", "mkdir", "-p", "--", folder])
             + " || exit 3",
             f"cat > \"$specs_here\" <<'{SPECS_END}'",
             inline_specs,

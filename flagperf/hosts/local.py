@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import time
 from pathlib import Path
 
 from flagperf.hosts.base import CommandResult, HostError, MissingPath, Process, Transport
-from flagperf.hosts.treesync import COLLECT_MAX_BYTES, FetchResult, local_hashes, report_fetch, safe_copy_tree
+from flagperf.hosts.treesync import (COLLECT_MAX_BYTES, FetchResult, TreeSnapshot, local_hashes, report_fetch,
+                                     safe_copy_tree, snapshot_files)
 from flagperf_contract import write_atomic
 
 
@@ -90,12 +90,24 @@ class LocalTransport(Transport):
         return local_hashes(root, subdirs)
 
     def put_files(self, local_root, relpaths, remote_root):
+        """Write the files as ``local_root`` read them (a TreeSnapshot: the bytes hashed) or, given a folder, as
+        read once now (snapshot_files)."""
+        relpaths = list(relpaths)
+        snap = local_root if isinstance(local_root, TreeSnapshot) else snapshot_files(local_root, relpaths)
         total = 0
-        for rel in relpaths:
-            target = Path(remote_root) / rel
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(Path(local_root) / rel, target)
-            total += target.stat().st_size
+        try:
+            for rel in relpaths:
+                if rel not in snap:
+                    continue
+                target = Path(remote_root) / rel
+                target.parent.mkdir(parents=True, exist_ok=True)
+                with open(target, "wb") as out:
+                    for chunk in snap.chunks(rel):
+                        out.write(chunk)
+                total += snap.size(rel)
+        finally:
+            if snap is not local_root:
+                snap.close()
         return total
 
     def forward_unix_socket(self, remote_path):

@@ -2,13 +2,23 @@
 
 from __future__ import annotations
 
+import errno
 import hashlib
+import io
 import os
 import stat
 import tarfile
+import tempfile
+import weakref
 from pathlib import Path
 
 from flagperf.options.base import COLLECT_MAX_BYTES  # noqa: F401 (per node directory; the config key overrides it)
+
+try:
+    import grp
+    import pwd
+except ImportError:     # not on this platform: tar headers carry numeric owners only
+    grp = pwd = None  # type: ignore[assignment]
 
 # Sent to the host as `python -c HASH_SCRIPT ROOT [SUBDIR ...]`: prints {relpath: sha256} of every file under
 # ROOT (or under its given subfolders), relative to ROOT.
@@ -66,14 +76,21 @@ def sha256_file(path) -> str:
     return h.hexdigest()
 
 
-def write_tar(fileobj, local_root, relpaths) -> int:
-    """Stream the files (following symlinks) into an uncompressed tar on fileobj; returns payload bytes."""
+def write_tar(fileobj, source, relpaths) -> int:
+    """Stream the files into an uncompressed tar on fileobj; returns payload bytes. ``source`` is a TreeSnapshot
+    (what it read when hashing is sent) or a folder (each file is read once, now: snapshot_files)."""
+    snap = source if isinstance(source, TreeSnapshot) else snapshot_files(source, relpaths)
     total = 0
-    with tarfile.open(fileobj=fileobj, mode="w|", format=tarfile.PAX_FORMAT, dereference=True) as tar:
-        for rel in relpaths:
-            path = Path(local_root) / rel
-            tar.add(str(path), arcname=rel, recursive=False)
-            total += path.stat().st_size
+    try:
+        with tarfile.open(fileobj=fileobj, mode="w|", format=tarfile.PAX_FORMAT) as tar:
+            for rel in relpaths:
+                if rel not in snap:
+                    continue
+                tar.addfile(snap.tarinfo(rel), snap.reader(rel))
+                total += snap.size(rel)
+    finally:
+        if snap is not source:
+            snap.close()
     return total
 
 
@@ -467,3 +484,350 @@ def _copy_fd(sfd: int, dfd: int, size: int) -> int:
             break
         done += n
     return done
+
+
+# -------------------------------------------------------------------------------------------------- deploy
+# Deploy hashes a local folder once and later sends the files whose hash the host lacks. Every file is opened
+# once, relative to a handle on its folder, and what is sent is what was read then: the bytes, or, for a large
+# file, that same open descriptor (past SNAPSHOT_MAX_FDS of them, a copy of the bytes read, in one nameless spool
+# file). No path is looked up again between hashing and sending, so a file replaced by a symlink in between sends
+# nothing of the symlink's target. In a confined folder (a CASE_PATHS folder) every folder and file is opened
+# with O_NOFOLLOW, walking down from the folder's own handle.
+SNAPSHOT_KEEP_FILE_BYTES = 4 * 1024 ** 2      # a file up to this size is kept as the bytes read ...
+SNAPSHOT_KEEP_TOTAL_BYTES = 256 * 1024 ** 2   # ... while the snapshot keeps at most this many bytes in memory
+SNAPSHOT_MAX_FDS = 256                        # large files kept open at most; past them, one spool file
+
+
+class _Read:
+    """One file as read when it was hashed: its stat, the bytes hashed (or the descriptor they were read from)."""
+
+    __slots__ = ("st", "size", "data", "fd", "offset")
+
+    def __init__(self, st, size, data, fd, offset=0):
+        self.st, self.size, self.data, self.fd, self.offset = st, size, data, fd, offset
+
+
+def _close_fds(fds: list) -> None:
+    for fd in fds:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    fds.clear()
+
+
+class TreeSnapshot(dict):
+    """{relpath: sha256} of a local folder's files, each opened once, with what was read from it: put_files sends
+    these bytes, never the path again. ``skipped`` is {relpath: why} for what was left out. The descriptors kept
+    for large files are closed by close() or when the snapshot is garbage."""
+
+    def __init__(self, root):
+        super().__init__()
+        self.root = Path(root)
+        self.skipped: dict = {}
+        self._reads: dict = {}
+        self._fds: list = []
+        self._kept = 0
+        self._spool: int | None = None      # the spool file's descriptor (also in _fds), once needed
+        self._spooled = 0
+        self._closer = weakref.finalize(self, _close_fds, self._fds)
+
+    def close(self) -> None:
+        self._closer()
+
+    def size(self, rel: str) -> int:
+        return self._reads[rel].size
+
+    def tarinfo(self, rel: str) -> tarfile.TarInfo:
+        """The tar header of rel as it was read (size, mode, times and owner of the file then)."""
+        r = self._reads[rel]
+        info = tarfile.TarInfo(rel)
+        info.size, info.mode, info.mtime = r.size, stat.S_IMODE(r.st.st_mode), int(r.st.st_mtime)
+        info.uid, info.gid = r.st.st_uid, r.st.st_gid
+        try:
+            info.uname = pwd.getpwuid(r.st.st_uid).pw_name
+            info.gname = grp.getgrgid(r.st.st_gid).gr_name
+        except (AttributeError, KeyError):
+            pass
+        return info
+
+    def reader(self, rel: str):
+        """A file object giving exactly size(rel) bytes: those hashed (a large file shrunk since is padded)."""
+        r = self._reads[rel]
+        return io.BytesIO(r.data) if r.data is not None else _FdReader(r.fd, r.size, r.offset)
+
+    def chunks(self, rel: str):
+        """The bytes of rel, as reader() gives them, in pieces."""
+        src = self.reader(rel)
+        while True:
+            chunk = src.read(1 << 20)
+            if not chunk:
+                return
+            yield chunk
+
+    def _add(self, rel: str, fd: int, st) -> None:
+        """Hash the file open on fd (its first st_size bytes: a file growing meanwhile is taken as it was when
+        opened) and keep what was read. Takes ownership of fd."""
+        keep = st.st_size <= SNAPSHOT_KEEP_FILE_BYTES and self._kept + st.st_size <= SNAPSHOT_KEEP_TOTAL_BYTES
+        spool = not keep and len(self._fds) >= SNAPSHOT_MAX_FDS
+        if spool and self._spool is None:
+            self._spool, path = tempfile.mkstemp(prefix="flagperf-deploy-")
+            os.unlink(path)                                 # open, nameless: closed with the snapshot
+            self._fds.append(self._spool)
+        offset = self._spooled
+        h = hashlib.sha256()
+        parts, done = [], 0
+        try:
+            while done < st.st_size:
+                chunk = os.pread(fd, min(st.st_size - done, 1 << 20), done)
+                if not chunk:
+                    break
+                h.update(chunk)
+                if keep:
+                    parts.append(chunk)
+                elif spool:
+                    _pwrite_all(self._spool, chunk, offset + done)
+                done += len(chunk)
+        except BaseException:
+            os.close(fd)
+            raise
+        if keep or spool:
+            os.close(fd)
+        if keep:
+            self._kept += done
+            self._reads[rel] = _Read(st, done, b"".join(parts), None)
+        elif spool:
+            self._spooled += done
+            self._reads[rel] = _Read(st, done, None, self._spool, offset)
+        else:
+            self._fds.append(fd)
+            self._reads[rel] = _Read(st, done, None, fd)
+        self[rel] = h.hexdigest()
+
+
+def _pwrite_all(fd, data: bytes, pos: int) -> None:
+    view = memoryview(data)
+    while view:
+        n = os.pwrite(fd, view, pos)
+        view, pos = view[n:], pos + n
+
+
+class _FdReader(io.RawIOBase):
+    """size bytes of an open file from offset on with pread (several senders may share the descriptor); what
+    the file no longer holds is given as NULs."""
+
+    def __init__(self, fd: int, size: int, offset: int = 0):
+        self.fd, self.size, self.offset, self.pos = fd, size, offset, 0
+
+    def readable(self):
+        return True
+
+    def read(self, n=-1):
+        n = self.size - self.pos if n is None or n < 0 else min(n, self.size - self.pos)
+        if n <= 0:
+            return b""
+        data = os.pread(self.fd, n, self.offset + self.pos) or b"\0" * n
+        self.pos += len(data)
+        return data
+
+
+_DIR_OPEN = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0)
+_FILE_OPEN = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+
+
+def snapshot_tree(root, subdirs=(), *, confined: bool) -> TreeSnapshot:
+    """Hash every file under root (or under its given subfolders and single files), skipping __pycache__, each
+    file opened once relative to its folder's handle and kept as read (TreeSnapshot).
+
+    confined (a CASE_PATHS folder): nothing is followed out of root. Folders and files are opened with
+    O_NOFOLLOW; a symlink to a regular file inside root is read as that file (opened the same way, walking down
+    from root's handle); a symlink elsewhere, a symlinked folder and anything not a regular file are left out,
+    each in ``skipped``. Not confined (flagperf's own tree): symlinks are followed, as the installer made them;
+    what is not a regular file is left out."""
+    snap = TreeSnapshot(root)
+    top = os.fspath(root)
+    try:
+        root_fd = os.open(top, _DIR_OPEN)       # the configured folder itself, as the user named it
+    except OSError:
+        return snap
+    try:
+        real = os.path.realpath(top)
+        walker = _Walker(snap, root_fd, real, confined)
+        if not subdirs:
+            walker.folder(root_fd, "", os.fstat(root_fd))
+        for sub in subdirs:
+            rel = safe_relpath(str(sub))
+            if rel is not None:
+                walker.entry_at(rel)
+    except BaseException:
+        snap.close()
+        raise
+    finally:
+        os.close(root_fd)
+    return snap
+
+
+def snapshot_files(root, relpaths) -> TreeSnapshot:
+    """The given files under root, each opened once (symlinks followed), as a TreeSnapshot; a name that is not a
+    regular file there is left out."""
+    snap = TreeSnapshot(root)
+    try:
+        for rel in relpaths:
+            name = safe_relpath(str(rel))
+            if name is None:
+                continue
+            try:
+                fd = os.open(os.path.join(os.fspath(root), name), _FILE_OPEN)
+            except OSError:
+                continue
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                os.close(fd)
+                continue
+            snap._add(name, fd, st)
+    except BaseException:
+        snap.close()
+        raise
+    return snap
+
+
+class _Walker:
+    """The walk of snapshot_tree: holds the root's handle and the folders on the way (for symlink loops)."""
+
+    def __init__(self, snap: TreeSnapshot, root_fd: int, real_root: str, confined: bool):
+        self.snap, self.root_fd, self.real_root, self.confined = snap, root_fd, real_root, confined
+        self.nofollow = _NOFOLLOW if confined else 0
+        self.on_path: set = set()
+
+    def entry_at(self, rel: str) -> None:
+        """A subfolder or single file of root given by name (flagperf's DEPLOY_DIRS): walked down to from root."""
+        parts = rel.split("/")
+        fds = []
+        try:
+            dfd = self.root_fd
+            for part in parts[:-1]:
+                dfd = os.open(part, _DIR_OPEN | self.nofollow, dir_fd=dfd)
+                fds.append(dfd)
+            self.entry(dfd, "/".join(parts[:-1]) + "/" if len(parts) > 1 else "", parts[-1])
+        except OSError:
+            return
+        finally:
+            for fd in fds:
+                os.close(fd)
+
+    def folder(self, dfd: int, prefix: str, st) -> None:
+        key = (st.st_dev, st.st_ino)
+        if key in self.on_path:
+            return                  # a symlink loop (followed trees only)
+        self.on_path.add(key)
+        try:
+            names = sorted(os.listdir(dfd))
+        except OSError as exc:
+            self.snap.skipped[prefix.rstrip("/") or "."] = f"unreadable ({exc.strerror}): not sent"
+            return
+        try:
+            for name in names:
+                self.entry(dfd, prefix, name)
+        finally:
+            self.on_path.discard(key)
+
+    def entry(self, dfd: int, prefix: str, name: str) -> None:
+        rel = prefix + name
+        skipped = self.snap.skipped
+        try:
+            st = os.stat(name, dir_fd=dfd, follow_symlinks=not self.confined)
+        except OSError as exc:
+            if not self.confined:
+                return              # a dangling symlink in flagperf's tree: nothing to send, as before
+            skipped[rel] = f"unreadable ({exc.strerror}): not sent"
+            return
+        if stat.S_ISDIR(st.st_mode):
+            if name == "__pycache__":
+                return
+            try:
+                sub = os.open(name, _DIR_OPEN | self.nofollow, dir_fd=dfd)
+            except OSError as exc:
+                skipped[rel] = f"unreadable ({exc.strerror}): not sent"
+                return
+            try:
+                self.folder(sub, rel + "/", os.fstat(sub))
+            finally:
+                os.close(sub)
+            return
+        if stat.S_ISLNK(st.st_mode):        # confined only: followed trees stat through the link
+            self.link(dfd, prefix, name)
+            return
+        if not stat.S_ISREG(st.st_mode):
+            if self.confined:
+                skipped[rel] = "not a regular file: not sent"
+            return
+        self.file(dfd, name, rel)
+
+    def file(self, dfd: int, name: str, rel: str) -> None:
+        try:
+            fd = os.open(name, _FILE_OPEN | self.nofollow, dir_fd=dfd)
+        except OSError as exc:
+            self.snap.skipped[rel] = ("replaced by a symlink while it was read: not sent" if self.confined and
+                                      _is_link_refusal(exc) else f"unreadable ({exc.strerror}): not sent")
+            return
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            os.close(fd)
+            if self.confined:
+                self.snap.skipped[rel] = "not a regular file: not sent"
+            return
+        self.snap._add(rel, fd, st)
+
+    def link(self, dfd: int, prefix: str, name: str) -> None:
+        """A symlink in a confined folder: read as its target when that is a regular file inside the folder,
+        reached from the folder's own handle with O_NOFOLLOW (the path resolved once, here)."""
+        rel = prefix + name
+        try:
+            target_text = os.readlink(name, dir_fd=dfd)
+        except OSError as exc:
+            self.snap.skipped[rel] = f"unreadable ({exc.strerror}): not sent"
+            return
+        here = os.path.join(self.real_root, prefix) if prefix else self.real_root
+        try:
+            target = os.path.realpath(os.path.join(here, name))
+        except (OSError, RuntimeError):         # replaced while it was resolved
+            self.snap.skipped[rel] = f"a symlink to {target_text!r}, changed while it was read: not sent"
+            return
+        inside = os.path.relpath(target, self.real_root) if target.startswith(self.real_root + os.sep) else None
+        try:
+            st = os.stat(target)
+        except OSError:
+            st = None
+        if st is not None and stat.S_ISDIR(st.st_mode):
+            self.snap.skipped[rel] = "a symlink to a folder, not followed"
+            return
+        if inside is None or st is None or not stat.S_ISREG(st.st_mode):
+            self.snap.skipped[rel] = f"a symlink to {target_text!r}, outside the case folder: not sent"
+            return
+        parts = inside.split(os.sep)
+        fds = []
+        try:
+            tfd = self.root_fd
+            for part in parts[:-1]:
+                tfd = os.open(part, _DIR_OPEN | _NOFOLLOW, dir_fd=tfd)
+                fds.append(tfd)
+            fd = os.open(parts[-1], _FILE_OPEN | _NOFOLLOW, dir_fd=tfd)
+        except OSError as exc:
+            self.snap.skipped[rel] = (f"a symlink to {target_text!r}, changed while it was read: not sent"
+                                      if _is_link_refusal(exc) else f"unreadable ({exc.strerror}): not sent")
+            return
+        finally:
+            for f in fds:
+                os.close(f)
+        fst = os.fstat(fd)
+        if not stat.S_ISREG(fst.st_mode):
+            os.close(fd)
+            self.snap.skipped[rel] = "not a regular file: not sent"
+            return
+        self.snap._add(rel, fd, fst)
+
+
+def _is_link_refusal(exc: OSError) -> bool:
+    """O_NOFOLLOW met a symlink (ELOOP; ENOTDIR for a folder opened with O_DIRECTORY)."""
+    return exc.errno in (errno.ELOOP, errno.ENOTDIR, errno.EMLINK)

@@ -48,8 +48,34 @@ _OWN_OPTIONS = {
     "--exclusive": "SLURM_EXCLUSIVE", "-w": "nnodes each (one job per node)",
     "--nodelist": "nnodes each (one job per node)", "-D": "the job's working directory",
     "--chdir": "the job's working directory", "-J": "the job name flagperf gives",
-    "--job-name": "the job name flagperf gives",
+    "--job-name": "the job name flagperf gives", "--tasks-per-node": "one task per node",
 }
+# sbatch options that make it print or test instead of submitting the job
+_NO_SUBMIT = {"-h": "prints its help", "--help": "prints its help", "--usage": "prints its usage",
+              "-V": "prints its version", "--version": "prints its version", "--test-only": "only tests the job"}
+
+# sbatch's options as its getopt_long reads them (Slurm 22.05: every long option it accepts, as `sbatch --<letter>`
+# lists them in its "ambiguous" error; the man page has all but cluster, context, ntasks-per-tres and
+# tasks-per-node). A long option may be abbreviated to a unique prefix; one taking a value (REQUIRED) has it after
+# '=' or as the next word, an OPTIONAL value only after '='. Short options may be grouped (-Qp gpu).
+NONE, OPTIONAL, REQUIRED = 0, 1, 2
+SBATCH_LONG = dict.fromkeys((
+    "contiguous", "help", "hold", "ignore-pbs", "no-requeue", "overcommit", "oversubscribe", "parsable", "quiet",
+    "reboot", "requeue", "spread-job", "test-only", "usage", "use-min-nodes", "verbose", "version", "wait"), NONE)
+SBATCH_LONG.update(dict.fromkeys(("exclusive", "get-user-env", "nice", "no-kill", "propagate"), OPTIONAL))
+SBATCH_LONG.update(dict.fromkeys((
+    "account", "acctg-freq", "array", "batch", "bb", "bbf", "begin", "chdir", "cluster", "cluster-constraint",
+    "clusters", "comment", "constraint", "container", "context", "core-spec", "cores-per-socket", "cpu-freq",
+    "cpus-per-gpu", "cpus-per-task", "deadline", "delay-boot", "dependency", "distribution", "error", "exclude",
+    "export", "export-file", "extra-node-info", "gid", "gpu-bind", "gpu-freq", "gpus", "gpus-per-node",
+    "gpus-per-socket", "gpus-per-task", "gres", "gres-flags", "hint", "input", "job-name", "kill-on-invalid-dep",
+    "licenses", "mail-type", "mail-user", "mcs-label", "mem", "mem-bind", "mem-per-cpu", "mem-per-gpu", "mincpus",
+    "network", "nodefile", "nodelist", "nodes", "ntasks", "ntasks-per-core", "ntasks-per-gpu", "ntasks-per-node",
+    "ntasks-per-socket", "ntasks-per-tres", "open-mode", "output", "partition", "power", "prefer", "priority",
+    "profile", "qos", "reservation", "signal", "sockets-per-node", "switches", "tasks-per-node", "thread-spec",
+    "threads-per-core", "time", "time-min", "tmp", "uid", "wait-all-nodes", "wckey", "wrap"), REQUIRED))
+SBATCH_SHORT = dict.fromkeys("abcdeimnopqtwxABCDFGJLMNS", REQUIRED)
+SBATCH_SHORT.update(dict.fromkeys("hsvHOQVW", NONE), k=OPTIONAL)
 _NAME = re.compile(r"[A-Za-z0-9_.+-]{1,128}")
 
 
@@ -155,6 +181,84 @@ def parse_time(value) -> int | None:
     return seconds if ok and seconds > 0 else None
 
 
+def sbatch_args_problems(words) -> list:
+    """[(index, why)] of the words of SLURM_ARGS that cannot follow flagperf's own sbatch options: read as sbatch
+    reads its command line (abbreviations, '=' and separate values, grouped short options), an option flagperf
+    sets itself or one that keeps sbatch from submitting, an unknown or ambiguous option, a missing or unwanted
+    value, and a word that is no option (sbatch would take it as the batch script)."""
+    out = []
+    i = 0
+    while i < len(words):
+        word, at = words[i], i
+        i += 1
+        if word == "--":
+            out.append((at, "ends sbatch's options, so that sbatch would take the next word as the batch script; "
+                            "remove it"))
+            continue
+        if not word.startswith("-") or word == "-":
+            out.append((at, "not an option: sbatch would take this word as the batch script in place of flagperf's "
+                            "(give an option's value as --OPTION=VALUE, or as the word right after its option)"))
+            continue
+        if word.startswith("--"):
+            name, eq, _value = word[2:].partition("=")
+            full, why = _long_option(name)
+            if full is None:
+                out.append((at, why))
+                continue
+            kind = SBATCH_LONG[full]
+            option = "--" + full
+            if kind == REQUIRED and not eq:
+                i += 1          # the next word is the value, whatever it looks like
+            problem = _refused(option)
+            if problem is None and kind == NONE and eq:
+                problem = f"{option} takes no value"
+            if problem is None and kind == REQUIRED and not eq and i > len(words):
+                problem = f"{option} needs a value ({option}=VALUE): sbatch would take flagperf's batch script as it"
+            if problem:
+                out.append((at, problem))
+            continue
+        for k, letter in enumerate(word[1:], 1):     # grouped short options: -Qp gpu, -pgpu
+            option = "-" + letter
+            if letter not in SBATCH_SHORT:
+                out.append((at, f"{option} is not an sbatch option"))
+                break
+            kind = SBATCH_SHORT[letter]
+            missing = False
+            if kind == REQUIRED and k == len(word) - 1:
+                i += 1          # the next word is the value, whatever it looks like
+                missing = i > len(words)
+            problem = _refused(option)
+            if problem is None and missing:
+                problem = f"{option} needs a value: sbatch would take flagperf's batch script as it"
+            if problem:
+                out.append((at, problem))
+                break
+            if kind != NONE:
+                break           # the rest of the word (or the next word) is the option's value
+    return out
+
+
+def _long_option(name: str) -> tuple:
+    """(sbatch's long option that ``--name`` is, or None, and why not)."""
+    if name in SBATCH_LONG:
+        return name, ""
+    matches = [o for o in SBATCH_LONG if o.startswith(name)] if name else []
+    if len(matches) == 1:
+        return matches[0], ""
+    if matches:
+        return None, (f"--{name} is ambiguous: sbatch reads it as one of " + ", ".join("--" + m for m in matches)
+                      + "; write the option in full")
+    return None, f"--{name} is not an sbatch option (sbatch --help lists them)"
+
+
+def _refused(option: str) -> str | None:
+    if option in _OWN_OPTIONS:
+        return f"flagperf sets {option} itself (from {_OWN_OPTIONS[option]}); remove it"
+    if option in _NO_SUBMIT:
+        return f"with {option} sbatch {_NO_SUBMIT[option]} and submits nothing; remove it"
+    return None
+
+
 def load_options(ck, data) -> SlurmOptions:
     """Validate the SLURM_* keys (and PYTHON, MASTER_PORT as Slurm reads them) of one cluster config;
     problems go to ``ck`` (flagperf.checker.Checker)."""
@@ -180,19 +284,18 @@ def load_options(ck, data) -> SlurmOptions:
     opts["exclusive"] = ck.get(data, "SLURM_EXCLUSIVE", bool, True)
     opts["shared_fs"] = ck.get(data, "SLURM_SHARED_FS", bool, True)
     args = ck.get(data, "SLURM_ARGS", list, [])
-    good = []
+    bad = set()
     for i, arg in enumerate(args):
-        label = f"SLURM_ARGS[{i}]"
         if not isinstance(arg, str) or not arg or "\0" in arg or "\n" in arg:
-            ck.add(data, "SLURM_ARGS", f"expected a non-empty string (one sbatch argument), got {arg!r}", label)
-            continue
-        name = arg.split("=", 1)[0] if arg.startswith("--") else arg[:2]
-        if arg.startswith("-") and name in _OWN_OPTIONS:
-            ck.add(data, "SLURM_ARGS", f"{arg!r}: flagperf sets {name} itself (from {_OWN_OPTIONS[name]}); "
-                                       f"remove it", label)
-            continue
-        good.append(arg)
-    opts["args"] = tuple(good)
+            ck.add(data, "SLURM_ARGS", f"expected a non-empty string (one sbatch argument), got {arg!r}",
+                   f"SLURM_ARGS[{i}]")
+            bad.add(i)
+    words = [a if isinstance(a, str) else "" for a in args]
+    for i, problem in sbatch_args_problems(words):
+        if i not in bad:
+            ck.add(data, "SLURM_ARGS", f"{words[i]!r}: {problem}", f"SLURM_ARGS[{i}]")
+            bad.add(i)
+    opts["args"] = tuple(a for i, a in enumerate(words) if i not in bad)
     conf = ck.get(data, "SLURM_CONF", str, None)
     if conf is not None:
         try:
@@ -210,6 +313,10 @@ def load_options(ck, data) -> SlurmOptions:
         pending = DEFAULT_PENDING_TIMEOUT_S
     opts["pending_timeout"] = float(pending)
     python = data.get("PYTHON")     # its type is checked with the other cluster keys
+    if isinstance(python, str) and python.startswith("-"):
+        ck.add(data, "PYTHON", f"expected the interpreter on the nodes (a name or a path), got {python!r} (srun "
+                               f"would read it as one of its options)")
+        python = None
     opts["python"] = python if isinstance(python, str) and python else "python3"
     image = ck.get(data, "SLURM_CONTAINER_IMAGE", str, None)
     if image is not None and ("\0" in image or "," in image or not image.strip()):
@@ -238,7 +345,7 @@ def load_options(ck, data) -> SlurmOptions:
         mounts.append((src, dst))
     opts["container_mounts"] = tuple(mounts)
     cpython = ck.get(data, "SLURM_CONTAINER_PYTHON", str, "python3")
-    if not cpython.strip() or any(c.isspace() for c in cpython):
+    if not cpython.strip() or any(c.isspace() for c in cpython) or cpython.startswith("-"):
         ck.add(data, "SLURM_CONTAINER_PYTHON", f"expected the interpreter inside the image (a name or a path), got "
                                                f"{cpython!r}")
         cpython = "python3"

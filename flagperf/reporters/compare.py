@@ -1,13 +1,19 @@
-"""The terminal form of a run comparison (``flagperf compare``): a rich table, then one line per finding."""
+"""The terminal form of a run comparison (``flagperf compare``): a rich table, then one line per finding.
+
+Case names, metrics, units, notes and run ids come from summary.json files: they reach the terminal through
+:mod:`flagperf.untrusted` (rich ``Text`` cells, lines with their control characters shown escaped).
+"""
 
 from __future__ import annotations
 
 from rich.table import Table
+from rich.text import Text
 
 from flagperf.reporters.terminal import _num
 from flagperf.results.interpret import Status
 from flagperf.results.compare import (BASIS_P, CHANGED, IMPROVEMENT, INCOMPARABLE, NOISE, REGRESSION, TEST_NONE,
                                       UNCHANGED, Comparison)
+from flagperf.untrusted import for_rich, for_terminal
 
 VERDICT_STYLES = {REGRESSION: "bold red", IMPROVEMENT: "green", UNCHANGED: "dim", NOISE: "dim",
                   CHANGED: "yellow", INCOMPARABLE: "yellow"}
@@ -35,9 +41,9 @@ def _evidence(m) -> str:
 def comparison_table(cmp: Comparison) -> Table:
     """One row per case (its name, and the statuses when not both passed), then one row per metric."""
     n = len(cmp.regressions)
-    table = Table(title=f"flagperf compare A {cmp.a['run_id']} vs B {cmp.b['run_id']}: "
-                        f"{n} regression{'' if n == 1 else 's'} (threshold {cmp.threshold_pct:g}%, "
-                        f"alpha {cmp.alpha:g})")
+    table = Table(title=for_rich(f"flagperf compare A {cmp.a['run_id']} vs B {cmp.b['run_id']}: "
+                                 f"{n} regression{'' if n == 1 else 's'} (threshold {cmp.threshold_pct:g}%, "
+                                 f"alpha {cmp.alpha:g})"))
     for col, just in (("case / metric", "left"), ("unit", "left"), ("better", "left"), ("n A/B", "right"),
                       ("median A", "right"), ("median B", "right"), ("change", "right"), ("test", "left"),
                       ("verdict", "left")):
@@ -46,29 +52,30 @@ def comparison_table(cmp: Comparison) -> Table:
         if i:
             table.add_section()
         statuses = "" if case.status_a == case.status_b == Status.PASSED else f"A {case.status_a}, B {case.status_b}"
-        table.add_row(f"[bold]{case.name}[/]", "", "", f"{case.rounds_passed_a}/{case.rounds_passed_b}", "", "",
-                      "", statuses, f"[yellow]{case.note}[/]" if case.note else "")
+        table.add_row(for_rich(case.name, "bold"), "", "", f"{case.rounds_passed_a}/{case.rounds_passed_b}", "", "",
+                      "", for_rich(statuses), for_rich(case.note, "yellow") if case.note else "")
         for m in case.metrics:
             style = VERDICT_STYLES.get(m.verdict, "")
-            table.add_row(f"  {m.metric}" + (" (headline)" if m.headline else ""), m.unit, _better(m),
-                          f"{m.a.n}/{m.b.n}", _num(m.a.median), _num(m.b.median), _pct(m.change_pct),
-                          _evidence(m), f"[{style}]{m.verdict}[/]" if style else m.verdict)
+            table.add_row(Text("  ") + for_rich(m.metric) + (" (headline)" if m.headline else ""), for_rich(m.unit),
+                          _better(m), f"{m.a.n}/{m.b.n}", _num(m.a.median), _num(m.b.median), _pct(m.change_pct),
+                          _evidence(m), for_rich(m.verdict, style))
     return table
 
 
 def comparison_lines(cmp: Comparison) -> list:
     """Cases on one side only, cases not compared, every regression, and the counts, one line each."""
+    t = for_terminal
     out = []
     for side, cases in (("A", cmp.only_in_a), ("B", cmp.only_in_b)):
         if cases:
-            out.append(f"only in {side} ({cmp.a['run_id'] if side == 'A' else cmp.b['run_id']}): "
-                       + ", ".join(f"{c['name']} ({c['key']})" for c in cases))
+            out.append(f"only in {side} ({t(cmp.a['run_id'] if side == 'A' else cmp.b['run_id'])}): "
+                       + ", ".join(f"{t(c['name'])} ({t(c['key'])})" for c in cases))
     for case in cmp.cases:
         if case.note:
-            out.append(f"{case.name}: {case.note}")
-        out += [f"{case.name} {m.metric}: {m.verdict}: {m.note}" for m in case.metrics if m.note]
+            out.append(f"{t(case.name)}: {t(case.note)}")
+        out += [f"{t(case.name)} {t(m.metric)}: {m.verdict}: {t(m.note)}" for m in case.metrics if m.note]
     for case, m in cmp.regressions:
-        out.append(f"REGRESSION {case.name} {m.metric}: {_num(m.a.median)} -> {_num(m.b.median)} {m.unit} "
+        out.append(f"REGRESSION {t(case.name)} {t(m.metric)}: {_num(m.a.median)} -> {_num(m.b.median)} {t(m.unit)} "
                    f"({_pct(m.change_pct)}, {_evidence(m)})")
     c = cmp.counts()
     out.append(f"{c['cases_compared']} case(s) compared, {c['metrics_compared']} metric(s): "

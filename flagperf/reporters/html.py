@@ -8,14 +8,18 @@ round marked, and the slow-node rankings. A run without a readable series.json g
 docs/results.md.
 
 Nothing from a host is trusted: every text that came from a host (names, log lines, environment, reasons)
-is HTML-escaped, also where plotly draws it (plotly reads a small HTML subset in its labels); plotly's JSON
-escapes ``<`` inside the scripts; the page's Content-Security-Policy forbids every network load.
+is HTML-escaped with its control characters made visible (:func:`flagperf.untrusted.for_html`), also where plotly
+draws it (plotly reads a small HTML subset in its labels); plotly's JSON escapes ``<`` inside the scripts. The
+page's Content-Security-Policy admits only the page's own scripts, each by the sha256 of its text (no
+'unsafe-inline', so no injected script or event handler runs), and forbids every network load.
 """
 
 from __future__ import annotations
 
-import html
+import base64
+import hashlib
 import math
+import re
 import statistics
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -24,6 +28,7 @@ from flagperf.references import case_note, tolerance_text
 from flagperf.reporters.base import Reporter
 from flagperf.results.interpret import Status
 from flagperf.results.series import NodeSeries, load_series
+from flagperf.untrusted import for_html
 from flagperf_contract import write_atomic
 
 MAX_GPU_ROWS = 10               # accelerator fields plotted per node (known ones first)
@@ -39,8 +44,11 @@ PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e
            "#17becf")
 PLOT_CONFIG = {"displaylogo": False, "responsive": True, "showSendToCloud": False,
                "modeBarButtonsToRemove": ["sendDataToCloud", "select2d", "lasso2d"]}
-CSP = ("default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
+# The page's Content-Security-Policy; {scripts} is the sha256 source of each of the page's own inline scripts.
+CSP = ("default-src 'none'; script-src {scripts}; style-src 'unsafe-inline'; "
        "img-src data: blob:; font-src data:; connect-src 'none'; form-action 'none'; base-uri 'none'")
+PLOTLY_CONFIG_SCRIPT = 'window.PlotlyConfig = {MathJaxConfig: "local"};'
+_SCRIPT = re.compile(r"<script\b[^>]*>(.*?)</script>", re.DOTALL | re.IGNORECASE)
 LAYOUT = dict(template="none", font=dict(family="DejaVu Sans, Liberation Sans, Arial, sans-serif", size=12),
               paper_bgcolor="white", plot_bgcolor="white", hovermode="x unified",
               margin=dict(l=70, r=20, t=50, b=45))
@@ -70,7 +78,12 @@ def _plotly() -> _Plotly:
 
 def esc(value) -> str:
     """Any value as text safe inside HTML (and inside plotly's labels, which read a subset of HTML)."""
-    return html.escape("" if value is None else str(value), quote=True)
+    return for_html(value)
+
+
+def script_hash(text: str) -> str:
+    """The CSP source that admits an inline script of exactly this text: 'sha256-<base64 digest>'."""
+    return "'sha256-" + base64.b64encode(hashlib.sha256(text.encode("utf-8")).digest()).decode("ascii") + "'"
 
 
 def num(v, digits=4) -> str:
@@ -190,15 +203,17 @@ class HtmlReporter(Reporter):
         self._plt = _plotly()
         self._figures = 0
         self.figures: list = []         # (div id, plotly figure) of the last page, in page order
+        self._scripts = [PLOTLY_CONFIG_SCRIPT, self._plt.plotlyjs]     # the page's own scripts, by text
         body = self._header(summary) + self._cases_table(summary) + self._rankings(summary)
         for ci, case in enumerate(summary.cases):
             body += self._case(ci, case, series or {})
         title = f"flagperf {summary.run_id}: {status_text(summary.status)}"
+        csp = CSP.format(scripts=" ".join(dict.fromkeys(script_hash(s) for s in self._scripts)))
         return (f'<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
-                f'<meta http-equiv="Content-Security-Policy" content="{CSP}">\n'
+                f'<meta http-equiv="Content-Security-Policy" content="{csp}">\n'
                 f'<meta name="viewport" content="width=device-width, initial-scale=1">\n'
                 f'<title>{esc(title)}</title>\n<style>{STYLE}</style>\n'
-                f'<script>window.PlotlyConfig = {{MathJaxConfig: "local"}};</script>\n'
+                f'<script>{PLOTLY_CONFIG_SCRIPT}</script>\n'
                 f'<script charset="utf-8">{self._plt.plotlyjs}</script>\n</head>\n<body>\n{body}'
                 f'<footer>flagperf {esc(summary.flagperf_version)} &middot; {esc(summary.run_id)} &middot; '
                 f'{self._figures} plot(s)</footer>\n</body>\n</html>\n')
@@ -214,6 +229,7 @@ class HtmlReporter(Reporter):
         div = pio.to_html(fig, include_plotlyjs=False, full_html=False, config=PLOT_CONFIG,
                           div_id=f"plot{self._figures}", default_width="100%", default_height=f"{height}px",
                           validate=False)
+        self._scripts += _SCRIPT.findall(div)      # plotly's own script of this figure (its JSON escapes "<")
         return f'<div class="plot">{div}</div>\n'
 
     def _header(self, s) -> str:
@@ -342,7 +358,7 @@ class HtmlReporter(Reporter):
                 elif f.node:
                     where = f" (node {esc(f.node)})"
                 out += (f"<p>Round {num(r.round)}{where}, last lines of <code>{esc(f.log or '')}</code>:</p>\n"
-                        f"<pre>{esc(chr(10).join(str(x) for x in lines))}</pre>\n")
+                        f"<pre>{chr(10).join(for_html(x, newlines=False) for x in lines)}</pre>\n")
         out += self._metrics(c)
         first = next((r for r in c.rounds if isinstance((r.finished or {}).get("env"), dict)), None)
         if first:

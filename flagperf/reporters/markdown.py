@@ -1,4 +1,9 @@
-"""report.md: a run for people, made from its summary alone (so ``flagperf report`` can make it again)."""
+"""report.md: a run for people, made from its summary alone (so ``flagperf report`` can make it again).
+
+Every text that came from a host, a result file or a config goes through :mod:`flagperf.untrusted`
+(``for_markdown`` in text and table cells, ``markdown_code`` in code spans, ``markdown_fence`` around log lines):
+the page renders it as text, never as HTML, a link, an image, a heading or a table row.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +12,11 @@ from flagperf.reporters.base import Reporter
 from flagperf.results.interpret import Status, describe_exit
 from flagperf.results.slownodes import describe as describe_outlier
 from flagperf.results.slownodes import outliers
+from flagperf.untrusted import for_markdown, markdown_code, markdown_fence
+
+
+class _Md(str):
+    """A table cell that is this module's own Markdown (``**yes**``), not text to escape."""
 
 
 def _num(v, digits=4) -> str:
@@ -21,7 +31,7 @@ def _num(v, digits=4) -> str:
 
 def _table(header, rows) -> list:
     out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    out += ["| " + " | ".join(str(c).replace("|", "\\|") for c in row) + " |" for row in rows]
+    out += ["| " + " | ".join(c if isinstance(c, _Md) else for_markdown(c) for c in row) + " |" for row in rows]
     return out
 
 
@@ -37,11 +47,11 @@ def _reference_lines(c) -> list:
     if not verdicts:
         return []
     files = sorted({v.reference for v in verdicts if v.reference})
-    head = f"Reference {', '.join(f'`{f}`' for f in files) or '-'}: "
+    head = f"Reference {', '.join(markdown_code(f) for f in files) or '-'}: "
     if c.status == Status.BELOW_REFERENCE:
-        head += "**below reference**: " + "; ".join(describe(v) for v in verdicts if not v.ok)
+        head += "**below reference**: " + for_markdown("; ".join(describe(v) for v in verdicts if not v.ok))
     else:
-        head += case_note(verdicts)
+        head += for_markdown(case_note(verdicts))
     rows = [[v.metric, _num(v.measured), _num(v.expected), tolerance_text(v),
              v.unit, v.result + ("" if v.ok else " (fails)"),
              v.source] for v in verdicts]
@@ -55,12 +65,12 @@ class MarkdownReporter(Reporter):
 
     def render(self, s) -> str:
         lines = [
-            f"# flagperf {s.run_id}: {s.status}",
+            f"# flagperf {for_markdown(s.run_id)}: {s.status}",
             "",
-            f"- started {s.started}, finished {s.finished}, {_num(s.duration_s)} s",
-            f"- vendor `{s.vendor}`, runtime `{s.runtime}`, backend `{s.backend or '-'}`, "
-            f"hosts: {', '.join(s.hosts)}",
-            f"- flagperf {s.flagperf_version}; run directory `{s.run_dir}`",
+            f"- started {for_markdown(s.started)}, finished {for_markdown(s.finished)}, {_num(s.duration_s)} s",
+            f"- vendor {markdown_code(s.vendor)}, runtime {markdown_code(s.runtime)}, backend "
+            f"{markdown_code(s.backend or '-')}, hosts: {', '.join(for_markdown(h) for h in s.hosts)}",
+            f"- flagperf {for_markdown(s.flagperf_version)}; run directory {markdown_code(s.run_dir)}",
         ]
         if s.interrupted:
             lines.append("- **interrupted** (SIGINT or SIGTERM): rounds that did not finish are marked so")
@@ -90,26 +100,28 @@ class MarkdownReporter(Reporter):
         flagged = outliers(rankings)
         units = {r.case: r.unit for r in rankings}
         if flagged:
-            lines += [f"- **OUTLIER: {describe_outlier(case, e, units.get(case))}**" for case, e in flagged]
+            lines += [f"- **OUTLIER: {for_markdown(describe_outlier(case, e, units.get(case)))}**"
+                      for case, e in flagged]
             lines += ["", "The run exits 1 while an outlier is flagged; the cases' status is not changed by it."]
         else:
             lines.append("No outlier: no host or GPU is slower than the rule allows.")
         for r in rankings:
-            lines += ["", f"`{r.case}`: {r.metric or '-'} ({r.unit or ''}, "
+            lines += ["", f"{markdown_code(r.case)}: {for_markdown(r.metric or '-')} ({for_markdown(r.unit or '')}, "
                           f"{'higher' if r.higher_is_better is not False else 'lower'} is better), "
-                          f"median of the hosts {_num(r.median)}. Rule: {r.rule}", ""]
+                          f"median of the hosts {_num(r.median)}. Rule: {for_markdown(r.rule)}", ""]
             lines += _table(["rank", "host", "gpu", "value", "score", "outlier"],
                             [["-" if e.rank is None else e.rank, e.host, "-" if e.gpu is None else e.gpu,
                               _num(e.value), _num(e.score, 3),
-                              "**yes**" if e.outlier else "no"] for e in r.entries])
+                              _Md("**yes**") if e.outlier else "no"] for e in r.entries])
             if r.failed_hosts:
-                lines += ["", f"Hosts without a passed round (not ranked): {', '.join(r.failed_hosts)}"]
+                lines += ["", "Hosts without a passed round (not ranked): "
+                          + ", ".join(for_markdown(h) for h in r.failed_hosts)]
         return lines
 
     def _case(self, c) -> list:
-        lines = ["", f"## {c.name}", "",
-                 f"`{c.key}`: {c.nnodes} node(s) x {c.nproc} rank(s), {c.repeat} round(s), data: {c.data_dir or '-'}",
-                 ""]
+        lines = ["", f"## {for_markdown(c.name)}", "",
+                 f"{markdown_code(c.key)}: {c.nnodes} node(s) x {c.nproc} rank(s), {c.repeat} round(s), data: "
+                 f"{for_markdown(c.data_dir or '-')}", ""]
         lines += _table(["round", "status", "value", "e2e s", "duration s", "note"],
                         [[r.round, r.status, _num(r.value), _num(r.e2e_time), _num(r.duration_s),
                           r.failure.reason if r.failure else ""] for r in c.rounds])
@@ -121,20 +133,23 @@ class MarkdownReporter(Reporter):
                     where = f" (node {f.node}, rank {f.rank}, {describe_exit(f.exit_code)})"
                 elif f.node:
                     where = f" (node {f.node})"
-                lines += ["", f"Round {r.round}{where}, last lines of `{f.log or ''}`:", "", "```"]
-                lines += list(f.last_lines) + ["```"]
+                lines += ["", f"Round {r.round}{for_markdown(where)}, last lines of {markdown_code(f.log or '')}:",
+                          ""]
+                lines += markdown_fence(f.last_lines)
         lines += _reference_lines(c)
         metrics = [(name, st) for name, st in c.stats.items() if name not in ("value", "e2e_time") and st]
         if metrics:
             units = c.metric_units()
             origin = (c.head or {}).get("origin")      # read from FlagPerf's own lines
-            lines += ["", f"Metrics over the passed rounds{f' (from {origin})' if origin else ''}:", ""]
+            lines += ["", f"Metrics over the passed rounds{f' (from {for_markdown(origin)})' if origin else ''}:",
+                      ""]
             lines += _table(["metric", "median", "min", "max", "unit"],
                             [[n, _num(st["median"]), _num(st["min"]), _num(st["max"]), units.get(n, "")]
                              for n, st in metrics])
-        first = next((r for r in c.rounds if (r.finished or {}).get("env")), None)
+        first = next((r for r in c.rounds if isinstance((r.finished or {}).get("env"), dict)), None)
         if first:
-            env = ", ".join(f"{k} {v}" for k, v in first.finished["env"].items() if not isinstance(v, (dict, list)))
+            env = ", ".join(f"{for_markdown(k)} {for_markdown(v)}" for k, v in first.finished["env"].items()
+                            if not isinstance(v, (dict, list)))
             lines += ["", f"Environment (round {first.round}, rank 0): {env}"]
         mon_rows = []
         for r in c.rounds:

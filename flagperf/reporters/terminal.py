@@ -1,4 +1,9 @@
-"""The terminal table of a run (rich), and its failures with their last lines."""
+"""The terminal table of a run (rich), and its failures with their last lines.
+
+Every text that came from a host, a result file or a config reaches the terminal through
+:mod:`flagperf.untrusted`: table cells as rich ``Text`` (never markup), lines with their control characters shown
+escaped.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +15,7 @@ from flagperf.reporters.base import Reporter
 from flagperf.results.interpret import Status
 from flagperf.results.slownodes import RULE, outliers
 from flagperf.results.slownodes import describe as describe_outlier
+from flagperf.untrusted import for_rich, for_terminal
 
 STYLES = {Status.PASSED: "green", Status.FAILED: "red", Status.SKIPPED: "yellow", Status.BELOW_REFERENCE: "red"}
 
@@ -41,8 +47,8 @@ def _flagperf_rows(case) -> list:
     rows = []
     for name in names[:FLAGPERF_ROWS_MAX]:
         st = case.stats[name]
-        rows.append(["", "", "", Text(f"  {name}"), _num(st.get("median")), _num(st.get("mean")), _num(st.get("min")),
-                     _num(st.get("max")), units.get(name) or "", "", ""])
+        rows.append(["", "", "", Text("  ") + for_rich(name), _num(st.get("median")), _num(st.get("mean")),
+                     _num(st.get("min")), _num(st.get("max")), for_rich(units.get(name) or ""), "", ""])
     if len(names) > FLAGPERF_ROWS_MAX:
         rows.append(["", "", "", f"  ... {len(names) - FLAGPERF_ROWS_MAX} more (report.md)", "", "", "", "", "",
                      "", ""])
@@ -60,7 +66,7 @@ class TerminalReporter(Reporter):
     file_name = None
 
     def render(self, summary) -> Table:
-        table = Table(title=f"flagperf {summary.run_id}: {summary.status}")
+        table = Table(title=for_rich(f"flagperf {summary.run_id}: {summary.status}"))
         for col, just in (("case", "left"), ("status", "left"), ("rounds", "right"), ("metric", "left"),
                           ("median", "right"), ("mean", "right"), ("min", "right"), ("max", "right"),
                           ("unit", "left"), ("e2e s", "right"), ("note", "left")):
@@ -68,10 +74,10 @@ class TerminalReporter(Reporter):
         for case in summary.cases:
             st, e2e = case.stats.get("value") or {}, case.stats.get("e2e_time") or {}
             table.add_row(
-                case.name, f"[{STYLES.get(case.status, 'yellow')}]{case.status.value}[/]",
-                f"{len(case.passed_rounds)}/{len(case.rounds)}", case.metric or "-", _num(st.get("median")),
-                _num(st.get("mean")), _num(st.get("min")), _num(st.get("max")), case.unit or "",
-                _num(e2e.get("median")), _note(case) or _reference_note(case))
+                for_rich(case.name), for_rich(case.status.value, STYLES.get(case.status, "yellow")),
+                f"{len(case.passed_rounds)}/{len(case.rounds)}", for_rich(case.metric or "-"),
+                _num(st.get("median")), _num(st.get("mean")), _num(st.get("min")), _num(st.get("max")),
+                for_rich(case.unit or ""), _num(e2e.get("median")), for_rich(_note(case) or _reference_note(case)))
             for row in _flagperf_rows(case):
                 table.add_row(*row)
         return table
@@ -83,16 +89,16 @@ class TerminalReporter(Reporter):
             better = "higher" if r.higher_is_better is not False else "lower"
             title = f"{r.case}: hosts ranked by {r.metric} ({r.unit or ''}, {better} is better)" \
                 if r.metric else f"{r.case}: no host has a result to rank"
-            table = Table(title=title, caption=f"outlier: {r.rule or RULE}")
+            table = Table(title=for_rich(title), caption=for_rich(f"outlier: {r.rule or RULE}"))
             for col, just in (("rank", "right"), ("host", "left"), ("gpu", "right"), ("value", "right"),
                               ("score", "right"), ("outlier", "left")):
                 table.add_column(col, justify=just)  # type: ignore[arg-type]
             for e in r.entries:
                 gpu = "-" if e.gpu is None else str(e.gpu)
-                table.add_row("-" if e.rank is None else str(e.rank), Text(str(e.host)), gpu, _num(e.value),
+                table.add_row("-" if e.rank is None else str(e.rank), for_rich(e.host), gpu, _num(e.value),
                               _num(e.score), "[bold red]OUTLIER[/]" if e.outlier else "no")
             for h in r.failed_hosts:
-                table.add_row("-", Text(str(h)), "-", "-", "-", "[red]no result (failed)[/]")
+                table.add_row("-", for_rich(h), "-", "-", "-", "[red]no result (failed)[/]")
             tables.append(table)
         return tables
 
@@ -100,23 +106,24 @@ class TerminalReporter(Reporter):
         """'OUTLIER: <case>: host h3: 41.2 TFLOP/s, score 12.3' for every flagged host or GPU."""
         rankings = summary.rankings or []
         units = {r.case: r.unit for r in rankings}
-        return [f"OUTLIER: {describe_outlier(case, e, units.get(case))}" for case, e in outliers(rankings)]
+        return [for_terminal(f"OUTLIER: {describe_outlier(case, e, units.get(case))}")
+                for case, e in outliers(rankings)]
 
     def failure_lines(self, summary) -> list:
         """Every failed round with its reason and last lines, for ``flagperf report``."""
         out = []
         for h in summary.host_checks:
-            out.append(f"host {h.get('host')}: {h.get('outcome')}: {h.get('detail')}; {h.get('remedy')}")
+            out.append(for_terminal(f"host {h.get('host')}: {h.get('outcome')}: {h.get('detail')}; {h.get('remedy')}"))
         for case in summary.cases:
             for r in case.rounds:
                 if r.failure:
-                    out.append(f"{case.name} round {r.round}: {r.status}: {r.failure.reason}")
-                    out += [f"    | {line}" for line in r.failure.last_lines or ()]
+                    out.append(for_terminal(f"{case.name} round {r.round}: {r.status}: {r.failure.reason}"))
+                    out += [f"    | {for_terminal(line)}" for line in r.failure.last_lines or ()]
             out += _reference_lines(case)
         return out
 
 
 def _reference_lines(case) -> list:
     """A line for every verdict of the case that is not ok: metric, measured, expected, tolerance, source."""
-    return [f"{case.name}: {case.status}: {describe(v)}; source {v.source}"
+    return [for_terminal(f"{case.name}: {case.status}: {describe(v)}; source {v.source}")
             for v in case.verdicts or [] if not v.ok]

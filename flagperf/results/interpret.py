@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, replace
 from flagperf.errors import EXIT_CASE_FAILED, EXIT_HOSTS, EXIT_INTERRUPTED, EXIT_OK
 from flagperf.records import Failure
 from flagperf.results.flagperf_lines import build_finished, is_flagperf_finished
+from flagperf.results.perflog import UNREADABLE
 from flagperf_contract import LAUNCHER_CANNOT_WRITE_EXIT, Finished, RankReport, validate_finished
 
 
@@ -69,6 +70,7 @@ class NodeEvidence:
     output_tail: list = field(default_factory=list)
     mode: str = "ranks"                             # launch mode: "node" = one node command stands for the ranks
     benchmark: str = ""                             # the model this node ran
+    nproc: int = 0                                  # the ranks the plan put on this node (0: not known)
     flagperf_results: list = field(default_factory=list)  # flagperf_lines.FlagPerfResult of the node's logs
 
 
@@ -188,11 +190,27 @@ def _rank0_result(ev: RoundEvidence) -> Verdict:
         if payload is not None:
             return Verdict(Status.PASSED, None, Finished.from_dict(payload))
         who = "the node command" if node0 is not None and node0.mode == "node" else "rank 0"
+        refused = next((r for r in reversed(records) if r.get("event") == UNREADABLE), None)
+        if refused is not None:
+            return Verdict(Status.FAILED, where(f"invalid result: {who} printed {refused.get('reason')}"))
         return Verdict(Status.FAILED, where(f"{who} printed no FINISHED line and no [FlagPerf Result] lines"))
     problems = validate_finished(finished[-1])
+    world = sum(n.nproc for n in ev.nodes)
+    if not problems and world and all(n.nproc for n in ev.nodes):
+        problems = _per_rank_length(finished[-1], world)
     if problems:
         return Verdict(Status.FAILED, where(f"invalid result: {'; '.join(problems)}"))
     return Verdict(Status.PASSED, None, Finished.from_dict(finished[-1]))
+
+
+def _per_rank_length(payload: dict, world: int) -> list:
+    """A per-rank list (checks.details.per_rank) longer than the ranks the round's nodes ran, as a problem;
+    [] otherwise."""
+    per_rank = ((payload.get("checks") or {}).get("details") or {}).get("per_rank")
+    values = per_rank.get("values") if isinstance(per_rank, dict) else None
+    if isinstance(values, list) and len(values) > world:
+        return [f"checks.details.per_rank.values: {len(values)} values, but {world} rank(s) ran"]
+    return []
 
 
 def interpret_each_round(wait: Wait, node_waits: dict, evidence, records: dict) -> tuple:

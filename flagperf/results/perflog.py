@@ -9,11 +9,14 @@ from __future__ import annotations
 import os
 import stat
 
-from flagperf_contract import parse_perflog_line
+from flagperf_contract import read_perflog_line
 
 TAIL_BYTES = 64 * 1024
 RECORDS_MAX_BYTES = 64 * 1024 ** 2      # records are read from at most the last 64 MiB of a rank log
 LINE_MAX_BYTES = 4 * 1024 ** 2          # a longer line is no PerfLog record: skipped
+# The record that stands for a PerfLog line refused for its size or nesting depth: {"event": UNREADABLE,
+# "reason": why}; it is never a result, and says why a rank's FINISHED line may be missing.
+UNREADABLE = "UNREADABLE"
 _FLAGS = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
 
 
@@ -84,11 +87,14 @@ def lines_of(f, size: int, max_bytes: int):
 
 
 def parse_lines(lines):
-    """Yield the PerfLog records (dicts) found in an iterable of text lines; other lines are skipped."""
+    """Yield the PerfLog records (dicts) found in an iterable of text lines; other lines are skipped. A PerfLog
+    line refused for its size or nesting depth yields ``{"event": UNREADABLE, "reason": why}``."""
     for line in lines:
-        record = parse_perflog_line(line)
+        record, problem = read_perflog_line(line)
         if record is not None:
             yield record
+        elif problem is not None:
+            yield {"event": UNREADABLE, "reason": problem}
 
 
 def read_records(path, problems: list | None = None) -> list:

@@ -62,52 +62,84 @@ def robust_scores(values, higher_is_better: bool = True, *, limit: float = SCORE
 
 
 def _ranks(values, higher_is_better: bool) -> list:
-    """Competition ranks (1, 2, 2, 4), best first; equal values share a rank."""
+    """Competition ranks (1, 2, 2, 4), best first; equal values share a rank. One sort: O(n log n)."""
     key = [(-v if higher_is_better else v) for v in values]
-    return [1 + sum(1 for other in key if other < mine) for mine in key]
+    order = sorted(range(len(key)), key=key.__getitem__)
+    ranks = [0] * len(key)
+    for pos, i in enumerate(order):
+        ranks[i] = ranks[order[pos - 1]] if pos and key[order[pos - 1]] == key[i] else pos + 1
+    return ranks
 
 
-def _per_rank(finished: dict, metric) -> list | None:
-    """The per-rank list of the headline metric in a FINISHED payload (``checks.details.per_rank``), or None."""
+def _per_rank(finished: dict, metric, nproc: int = 0) -> list | None:
+    """The per-rank list of the headline metric in a FINISHED payload (``checks.details.per_rank``), or None;
+    a list longer than the host's ``nproc`` ranks (when known) is no GPU list of that host: None."""
     details = ((finished or {}).get("checks") or {}).get("details") or {}
     pr = details.get("per_rank") if isinstance(details, dict) else None
     if not isinstance(pr, dict) or pr.get("metric") != metric or not isinstance(pr.get("values"), list):
         return None
     values = pr["values"]
+    if nproc > 0 and len(values) > nproc:
+        return None
     return values if values and all(_is_number(v) for v in values) else None
 
 
-def _host_results(case) -> tuple:
-    """({host: [(value, per-rank list or None) per passed round]}, [hosts without a passed round], metric, unit,
-    higher_is_better), hosts in the order they first appear."""
-    per_host: dict = {}
-    seen: list = []
-    head = None
+def headline_metric(case, metric=None):
+    """The metric an ``each`` case is ranked by: ``metric`` (the one the case's configuration names) when given,
+    else the one most hosts report in their passed rounds (a tie: the one more rounds report, then the first
+    by name). Never simply the first host's: one host reporting another metric cannot decide for the rest."""
+    if isinstance(metric, str) and metric:
+        return metric
+    hosts: dict = {}
+    rounds: dict = {}
     for r in case.rounds:
         for n in r.nodes:
-            if n.host not in seen:
-                seen.append(n.host)
+            f = n.finished or {}
+            name = f.get("metric")
+            if n.status != Status.PASSED or not isinstance(name, str) or not _is_number(f.get("value")):
+                continue
+            hosts.setdefault(name, set()).add(n.host)
+            rounds[name] = rounds.get(name, 0) + 1
+    if not hosts:
+        return None
+    return min(hosts, key=lambda name: (-len(hosts[name]), -rounds[name], name))
+
+
+def _host_results(case, metric=None) -> tuple:
+    """({host: [(value, per-rank list or None) per passed round of the headline metric]}, [hosts without such a
+    round], metric, unit, higher_is_better), hosts in the order they first appear. Unit and direction: those
+    most of the ranked rounds report."""
+    per_host: dict = {}
+    seen: dict = {}
+    metric = headline_metric(case, metric)
+    nproc = case.nproc if isinstance(case.nproc, int) and not isinstance(case.nproc, bool) else 0
+    units: dict = {}
+    directions: dict = {}
+    for r in case.rounds:
+        for n in r.nodes:
+            seen.setdefault(n.host, None)
             per_host.setdefault(n.host, [])
             f = n.finished or {}
-            if n.status != Status.PASSED or not _is_number(f.get("value")):
-                continue
-            if head is None:
-                head = f
-            if f.get("metric") != head.get("metric"):
-                continue            # another metric than the case's headline: not comparable
-            per_host[n.host].append((float(f["value"]), _per_rank(f, head.get("metric"))))
-    head = head or {}
+            if n.status != Status.PASSED or not _is_number(f.get("value")) or f.get("metric") != metric:
+                continue            # no result, or another metric than the case's headline: not comparable
+            per_host[n.host].append((float(f["value"]), _per_rank(f, metric, nproc)))
+            unit, hib = f.get("unit"), f.get("higher_is_better")
+            units[unit] = units.get(unit, 0) + 1
+            directions[hib] = directions.get(hib, 0) + 1
     failed = [h for h in seen if not per_host.get(h)]
-    return per_host, failed, head.get("metric"), head.get("unit"), head.get("higher_is_better")
+    unit = max(units, key=units.__getitem__) if units else None
+    hib = max(directions, key=directions.__getitem__) if directions else None
+    return per_host, failed, metric if units else None, unit, hib if isinstance(hib, bool) else None
 
 
-def rank_case(case) -> Ranking | None:
+def rank_case(case, metric=None) -> Ranking | None:
     """The :class:`~flagperf.records.Ranking` of one ``each`` case (a CaseSummary with ``each`` set), or None
-    for any other case. Its entries: first every host with a result, best first, then every GPU grouped by host
-    in the hosts' order, best first within the host (a GPU's rank: among its host's GPUs)."""
+    for any other case, by the case's headline metric (:func:`headline_metric`; ``metric``: the one its
+    configuration names). Its entries: first every host with a result, best first, then every GPU grouped by
+    host in the hosts' order, best first within the host (a GPU's rank: among its host's GPUs)."""
     if not case.each:
         return None
-    per_host, failed, metric, unit, hib = _host_results(case)
+    per_host, failed, metric, unit, hib = _host_results(case, metric)
     higher = hib is not False       # a result without the flag: higher is better, as for most throughputs
     hosts = [h for h in per_host if per_host[h]]
     values = [statistics.median(v for v, _ in per_host[h]) for h in hosts]
@@ -139,9 +171,11 @@ def rank_case(case) -> Ranking | None:
                    tuple(host_entries + gpu_entries), tuple(failed))
 
 
-def rank_cases(cases) -> list:
-    """One ranking per ``each`` case, in the cases' order."""
-    return [r for r in (rank_case(c) for c in cases) if r is not None]
+def rank_cases(cases, metrics=None) -> list:
+    """One ranking per ``each`` case, in the cases' order; ``metrics``: {case name: the headline metric its
+    configuration names} where it names one."""
+    metrics = metrics or {}
+    return [r for r in (rank_case(c, metrics.get(c.name)) for c in cases) if r is not None]
 
 
 def outliers(rankings) -> list:

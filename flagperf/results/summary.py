@@ -17,6 +17,8 @@ from flagperf_contract import ContractError, read_json_data, write_json_atomic
 
 SUMMARY_SCHEMA = "flagperf.summary/1"
 SUMMARY_MAX_BYTES = 256 * 1024 * 1024     # a summary.json larger than this is not one flagperf wrote
+SUMMARY_MAX_DEPTH = 64                    # nor one nested deeper (FINISHED payloads inside: at most 32)
+MAX_NOTES = 20                            # notes kept of the non-finite numbers read as absent
 
 
 class SummaryError(ValueError):
@@ -25,59 +27,153 @@ class SummaryError(ValueError):
 
 _NUM = (int, float)
 _OPT_NUM = (int, float, type(None))
+_OPT_INT = (int, type(None))
 _OPT_STR = (str, type(None))
 _OPT_DICT = (dict, type(None))
-# The types summary.json must have where reporters read it: {path: types}; "*" is every item of a list.
+_OPT_LIST = (list, type(None))
+_OPT_BOOL = (bool, type(None))
+_SCALAR = (str, int, float, bool, type(None))
+
+# A FINISHED payload as summary.json keeps it (a round's, or an each host's): what the reporters, the
+# comparison and the rankings read of it. Old summaries lack most keys; a key present has its type.
+_FINISHED = {
+    "": _OPT_DICT, "metric": _OPT_STR, "value": _OPT_NUM, "unit": _OPT_STR, "higher_is_better": _OPT_BOOL,
+    "e2e_time": _OPT_NUM, "benchmark": _OPT_STR, "metrics": _OPT_DICT, "metrics.*": dict,
+    "metrics.*.value": _SCALAR, "metrics.*.unit": _OPT_STR, "checks": _OPT_DICT, "checks.details": _OPT_DICT,
+    "checks.details.per_rank": _OPT_DICT, "checks.details.per_rank.metric": _OPT_STR,
+    "checks.details.per_rank.values": _OPT_LIST, "checks.details.per_rank.values.*": _OPT_NUM,
+    "checks.details.device_window": _OPT_DICT, "checks.details.device_window.energy_j": _OPT_NUM,
+    "checks.details.device_window.window_s": _OPT_NUM, "env": _OPT_DICT, "env.world_size": _OPT_NUM,
+}
+_FAILURE = {
+    "": _OPT_DICT, "reason": str, "node": _OPT_STR, "rank": _OPT_INT, "exit_code": _OPT_INT, "log": _OPT_STR,
+    "last_lines": _OPT_LIST, "last_lines.*": str, "nodes": _OPT_LIST, "nodes.*": str,
+}
+_MONITORS = {
+    "": _OPT_DICT, "*": _OPT_DICT, "cpu": _OPT_DICT, "mem": _OPT_DICT, "pwr": _OPT_DICT, "gpu": _OPT_DICT,
+    "unavailable": _OPT_DICT, "unreadable": _OPT_DICT, "cpu.*": _SCALAR, "mem.*": _SCALAR, "pwr.energy_j": _OPT_NUM,
+    "pwr.power_w_mean": _OPT_NUM, "pwr.window": _OPT_DICT, "pwr.window.*": _SCALAR, "gpu.devices": _OPT_LIST,
+    "gpu.devices.*": dict, "gpu.devices.*.index": _OPT_INT, "gpu.devices.*.energy_j": _OPT_NUM,
+    "gpu.devices.*.energy_source": _OPT_STR, "gpu.devices.*.window": _OPT_DICT,
+    "gpu.devices.*.window.energy_j": _OPT_NUM, "gpu.devices.*.window.seconds": _OPT_NUM,
+    "gpu.devices.*.temp_c_max": _OPT_NUM, "gpu.devices.*.power_w_max": _OPT_NUM,
+    "gpu.devices.*.util_pct_mean": _OPT_NUM, "unavailable.*": _SCALAR, "unreadable.*": _SCALAR,
+}
+_STATUSES = tuple(s.value for s in Status)
+
+
+def _under(prefix: str, table: dict) -> dict:
+    return {(f"{prefix}.{k}" if k else prefix): v for k, v in table.items()}
+
+
+# The types summary.json must have where it is read back: {path: types}; "*" is every item of a list or every
+# value of an object (a named key of the same object takes precedence).
 _TYPES = {
-    "run_id": str, "run_dir": str, "started": str, "finished": _OPT_STR, "duration_s": _OPT_NUM,
-    "vendor": str, "runtime": str, "hosts": list, "host_checks": list, "cases": list,
-    "hosts.*": str, "host_checks.*": dict,
-    "cases.*": dict, "cases.*.name": str, "cases.*.key": str, "cases.*.nnodes": int, "cases.*.nproc": int,
-    "cases.*.repeat": int, "cases.*.data_dir": _OPT_STR, "cases.*.rounds": list,
+    "run_id": str, "run_dir": str, "flagperf_version": _OPT_STR, "started": str, "finished": _OPT_STR,
+    "duration_s": _OPT_NUM, "interrupted": _OPT_BOOL, "vendor": str, "runtime": str, "backend": _OPT_STR,
+    "hosts": list, "host_checks": list, "cases": list, "hosts.*": str, "host_checks.*": dict,
+    "host_checks.*.*": _SCALAR,
+    "cases.*": dict, "cases.*.name": str, "cases.*.key": str, "cases.*.model": _OPT_STR,
+    "cases.*.framework": _OPT_STR, "cases.*.hw": _OPT_STR, "cases.*.nnodes": int, "cases.*.nproc": int,
+    "cases.*.repeat": int, "cases.*.data_dir": _OPT_STR, "cases.*.rounds": list, "cases.*.each": bool,
     "cases.*.rounds.*": dict, "cases.*.rounds.*.round": int, "cases.*.rounds.*.dir": str,
     "cases.*.rounds.*.status": str, "cases.*.rounds.*.duration_s": _OPT_NUM, "cases.*.rounds.*.value": _OPT_NUM,
-    "cases.*.rounds.*.e2e_time": _OPT_NUM, "cases.*.rounds.*.failure": _OPT_DICT,
-    "cases.*.rounds.*.finished": _OPT_DICT, "cases.*.rounds.*.metrics": _OPT_DICT,
+    "cases.*.rounds.*.e2e_time": _OPT_NUM, "cases.*.rounds.*.metrics": _OPT_DICT,
+    "cases.*.rounds.*.metrics.*": dict, "cases.*.rounds.*.metrics.*.value": _SCALAR,
+    "cases.*.rounds.*.metrics.*.unit": _OPT_STR, "cases.*.rounds.*.checks": _OPT_DICT,
     "cases.*.rounds.*.env": _OPT_DICT, "cases.*.rounds.*.nodes": list,
-    "cases.*.rounds.*.failure.last_lines": list, "cases.*.rounds.*.failure.reason": str,
+    **_under("cases.*.rounds.*.finished", _FINISHED), **_under("cases.*.rounds.*.failure", _FAILURE),
     "cases.*.rounds.*.nodes.*": dict, "cases.*.rounds.*.nodes.*.node": str,
-    "cases.*.rounds.*.nodes.*.ranks": list, "cases.*.rounds.*.nodes.*.monitors": _OPT_DICT,
-    "cases.*.rounds.*.nodes.*.status": _OPT_STR, "cases.*.rounds.*.nodes.*.finished": _OPT_DICT,
-    "cases.*.rounds.*.nodes.*.failure": _OPT_DICT, "cases.*.each": bool,
-    "rankings": list, "rankings.*": dict, "rankings.*.entries": list, "rankings.*.entries.*": dict,
+    "cases.*.rounds.*.nodes.*.host": _OPT_STR, "cases.*.rounds.*.nodes.*.node_rank": _OPT_INT,
+    "cases.*.rounds.*.nodes.*.launcher_exit": _OPT_INT, "cases.*.rounds.*.nodes.*.ranks": list,
+    "cases.*.rounds.*.nodes.*.ranks.*": dict, "cases.*.rounds.*.nodes.*.status": _OPT_STR,
+    **_under("cases.*.rounds.*.nodes.*.monitors", _MONITORS),
+    **_under("cases.*.rounds.*.nodes.*.finished", _FINISHED),
+    **_under("cases.*.rounds.*.nodes.*.failure", _FAILURE),
     "cases.*.verdicts": list, "cases.*.verdicts.*": dict, "cases.*.verdicts.*.metric": str,
-    "cases.*.verdicts.*.ok": bool, "series": _OPT_STR,
+    "cases.*.verdicts.*.measured": _OPT_NUM, "cases.*.verdicts.*.rounds": _OPT_INT,
+    "cases.*.verdicts.*.unit": _OPT_STR, "cases.*.verdicts.*.expected": _NUM,
+    "cases.*.verdicts.*.tolerance": _OPT_NUM, "cases.*.verdicts.*.better_tolerance": _OPT_NUM,
+    "cases.*.verdicts.*.higher_is_better": _OPT_BOOL, "cases.*.verdicts.*.source": _OPT_STR,
+    "cases.*.verdicts.*.reference": _OPT_STR, "cases.*.verdicts.*.deviation": _OPT_NUM,
+    "cases.*.verdicts.*.result": _OPT_STR, "cases.*.verdicts.*.ok": bool, "cases.*.verdicts.*.note": _OPT_STR,
+    "cases.*.verdicts.*.measured_unit": _OPT_STR,
+    "rankings": list, "rankings.*": dict, "rankings.*.case": _OPT_STR, "rankings.*.metric": _OPT_STR,
+    "rankings.*.unit": _OPT_STR, "rankings.*.higher_is_better": _OPT_BOOL, "rankings.*.rule": _OPT_STR,
+    "rankings.*.median": _OPT_NUM, "rankings.*.entries": list, "rankings.*.entries.*": dict,
+    "rankings.*.entries.*.host": _OPT_STR, "rankings.*.entries.*.gpu": _OPT_INT,
+    "rankings.*.entries.*.value": _OPT_NUM, "rankings.*.entries.*.score": _OPT_NUM,
+    "rankings.*.entries.*.outlier": _OPT_BOOL, "rankings.*.entries.*.rank": _OPT_INT,
+    "rankings.*.entries.*.rounds": _OPT_INT, "rankings.*.failed_hosts": _OPT_LIST,
+    "rankings.*.failed_hosts.*": str, "series": _OPT_STR,
 }
+# Fields whose string must be one of these.
+_CHOICES = {"cases.*.rounds.*.status": _STATUSES, "cases.*.rounds.*.nodes.*.status": _STATUSES + (None,)}
+
+
+def _schema_tree(types: dict) -> dict:
+    """{name: [types, subtree, path]} from the flat {path: types}: one look-up per key while walking."""
+    root: dict = {}
+    for path, t in types.items():
+        node, parts = root, path.split(".")
+        for i, name in enumerate(parts):
+            entry = node.setdefault(name, [None, {}, ".".join(parts[:i + 1])])
+            if i == len(parts) - 1:
+                entry[0] = t if isinstance(t, tuple) else (t,)
+            node = entry[1]
+    return root
+
+
+_TREE = _schema_tree(_TYPES)
+MAX_PROBLEMS = 20       # the type check stops after this many problems
 
 
 def _type_problems(data) -> list:
-    """Where summary.json has a value of the wrong type, as 'cases[0].rounds[1].duration_s: expected ...'."""
+    """Where summary.json has a value of the wrong type, as 'cases[0].rounds[1].duration_s: expected ...'.
+    One walk over the data, without recursion (the file's depth is bounded when it is read)."""
     problems: list = []
-
-    def check(value, types, where):
-        types = types if isinstance(types, tuple) else (types,)
-        if (isinstance(value, bool) and bool not in types) or not isinstance(value, types):
-            problems.append(f"{where}: expected {' or '.join(t.__name__ for t in types)}, got {value!r:.60}")
-            return False
-        return True
-
-    def visit(value, pattern: str, where: str):
-        prefix = pattern + "." if pattern else ""
-        for key, types in _TYPES.items():
-            name = key[len(prefix):] if key.startswith(prefix) else "."
-            if "." in name:
+    stack = [(data, _TREE, "")]
+    while stack and len(problems) < MAX_PROBLEMS:
+        value, tree, where = stack.pop()
+        if isinstance(value, list):
+            children = (("*", f"{where}[{i}]", item) for i, item in enumerate(value))
+        elif isinstance(value, dict):
+            children = ((k if k in tree else "*", f"{where}.{k}" if where else str(k), item)
+                        for k, item in value.items())
+        else:
+            continue
+        for name, w, item in children:
+            entry = tree.get(name)
+            if entry is None:
                 continue
-            if name == "*":
-                for i, item in enumerate(value if isinstance(value, list) else []):
-                    if check(item, types, f"{where}[{i}]"):
-                        visit(item, prefix + "*", f"{where}[{i}]")
-            elif isinstance(value, dict) and name in value:
-                w = f"{where}.{name}" if where else name
-                if check(value[name], types, w):
-                    visit(value[name], prefix + name, w)
-
-    visit(data, "", "")
+            types, sub, path = entry
+            if types is not None and not _of_type(item, types):
+                problems.append(f"{w}: expected {' or '.join(t.__name__ for t in types)}, "
+                                f"got {_brief(item)}")
+                continue
+            if path in _CHOICES and item not in _CHOICES[path]:
+                problems.append(f"{w}: expected one of {', '.join(str(c) for c in _CHOICES[path])}, "
+                                f"got {_brief(item)}")
+                continue
+            if sub and isinstance(item, (dict, list)):
+                stack.append((item, sub, w))
     return problems
+
+
+def _of_type(value, types: tuple) -> bool:
+    if isinstance(value, bool):
+        return bool in types
+    if isinstance(value, int) and float in types:
+        return True
+    return isinstance(value, types)
+
+
+def _brief(value) -> str:
+    """A value in a message: its repr cut to 60 characters (a list or object: its kind and length)."""
+    if isinstance(value, (dict, list)):
+        return f"{'an object' if isinstance(value, dict) else 'a list'} of {len(value)} items"
+    text = repr(value)
+    return text if len(text) <= 60 else text[:60] + "..."
 
 
 def _finite(x):
@@ -313,6 +409,9 @@ class Summary:
     cases: list = field(default_factory=list)
     rankings: list = field(default_factory=list)       # [Ranking]: each cases' hosts and GPUs (results.slownodes)
     series: str | None = None       # the monitors' time series file in the run directory (results.series)
+    # what Summary.load read as absent (NaN or Infinity where summary.json must hold a number), one line each;
+    # never saved
+    notes: list = field(default_factory=list, compare=False)
 
     @property
     def status(self) -> Status:
@@ -352,13 +451,18 @@ class Summary:
     @classmethod
     def load(cls, path) -> "Summary":
         path = Path(path)
+        notes: list = []
         try:
-            data = read_json_data(path, SUMMARY_MAX_BYTES)
+            data = read_json_data(path, SUMMARY_MAX_BYTES, notes=notes, max_depth=SUMMARY_MAX_DEPTH)
         except FileNotFoundError:
             raise SummaryError(f"{path}: not found; is {path.parent} a flagperf run directory?") from None
         except ContractError as exc:
             raise SummaryError(str(exc)) from None
         try:
-            return cls.from_dict(data)
+            summary = cls.from_dict(data)
         except SummaryError as exc:
             raise SummaryError(f"{path}: {exc}") from None
+        summary.notes = [f"{path}: {n}" for n in notes[:MAX_NOTES]]
+        if len(notes) > MAX_NOTES:
+            summary.notes.append(f"{path}: and {len(notes) - MAX_NOTES} more non-finite numbers read as absent")
+        return summary

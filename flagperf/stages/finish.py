@@ -36,13 +36,25 @@ def check_references(ctx: RunContext, case, cres: CaseSummary) -> None:
         ctx.console.step(f"{case.name}: {describe(v)}; source {v.source}", logging.INFO if v.ok else logging.ERROR)
 
 
+def headline_metrics(cases) -> dict:
+    """{case name: the headline metric its case config names (``headline_metric``)} for the cases that name one:
+    an each case is ranked by it, whatever a host reports (results.slownodes.headline_metric)."""
+    out = {}
+    for case in cases:
+        nodes = case.rounds[0].nodes if case.rounds else ()
+        metric = dict(nodes[0].case_config).get("headline_metric") if nodes else None
+        if isinstance(metric, str) and metric:
+            out[case.name] = metric
+    return out
+
+
 def finish(ctx: RunContext, t0: float) -> str | None:
     """Rank the each cases, save summary.json and write every report; returns why summary.json could not be
     written, or None."""
     s, run_dir, out = ctx.summary, ctx.plan.run_dir, ctx.console
     s.finished = now_iso()
     s.duration_s = time.monotonic() - t0
-    s.rankings = rank_cases(s.cases)
+    s.rankings = rank_cases(s.cases, headline_metrics(ctx.plan.cases))
     units = {r.case: r.unit for r in s.rankings}
     flagged = outliers(s.rankings)
     for case_name, entry in flagged:
@@ -58,6 +70,9 @@ def finish(ctx: RunContext, t0: float) -> str | None:
         s.save(run_dir / "summary.json")
     except OSError as exc:      # a full disk, a read-only or vanished run directory: say so, keep going
         problem = f"cannot write {run_dir / 'summary.json'}: {oserror_text(exc)}"
+        out.step(problem, logging.ERROR)
+    except (ValueError, TypeError, RecursionError) as exc:     # a record the judge should have refused
+        problem = f"cannot write {run_dir / 'summary.json'}: {type(exc).__name__}: {str(exc)[:200]}"
         out.step(problem, logging.ERROR)
     written = []
     for report in write_reports(s, run_dir):

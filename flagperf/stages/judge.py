@@ -34,7 +34,7 @@ def node_evidence(ctx: RunContext, node, proc, wait: Wait, records) -> NodeEvide
     logs = node_logs(node)      # rank<R>.out.log, or node.out.log of a node command (launch mode node)
     ev = NodeEvidence(node.label, node.host.address, node.node_rank, tuple(logs),
                       launcher_exit=proc.wait(0) if proc else None, mode=node.launch.mode,
-                      benchmark=str(node.case_config.get("model", "")))
+                      benchmark=str(node.case_config.get("model", "")), nproc=len(node.ranks or ()))
     try:
         ev.ranks = read_json_file(node.local_dir / RANKS_FILE, RankReport)
     except ContractError as exc:

@@ -18,7 +18,11 @@ from flagperf.records import RunRecord
 from flagperf.results.interpret import preparation_failed
 from flagperf.results.summary import CaseSummary, RoundSummary, Summary
 from flagperf.stages.context import RUN_LOG, RunContext
+from flagperf.untrusted import for_terminal
 from flagperf_contract import now_iso, write_json_atomic
+
+
+LOG_LINE_MAX_CHARS = 1_000_000     # one run-log record (a traceback, a long line of a host) is cut here
 
 
 def new_summary(plan: Plan, backend_name: str) -> Summary:
@@ -110,5 +114,11 @@ def prepare_case(ctx: RunContext, case, cres: CaseSummary) -> bool:
 
 
 class _IsoFormatter(logging.Formatter):
+    """The run log's lines: local time with its offset, and every text made inert for a terminal that shows the
+    file (``cat``, ``tail -f``): host and benchmark text in it never reaches a terminal as control codes."""
+
+    def format(self, record):
+        return for_terminal(super().format(record), newlines=True, limit=LOG_LINE_MAX_CHARS)
+
     def formatTime(self, record, datefmt=None):
         return datetime.fromtimestamp(record.created).astimezone().isoformat(timespec="milliseconds")

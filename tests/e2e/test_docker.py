@@ -6,6 +6,7 @@ import re
 import signal
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -28,26 +29,64 @@ def _ours(client, run_name):
     return client.containers.list(all=True, filters={"label": f"flagperf.run={run_name}"})
 
 
-def test_docker_run_on_two_ssh_hosts(tmp_path, ssh_bed, docker_clean):
+@pytest.mark.parametrize("image", ["shared", "fresh"])
+def test_docker_run_on_two_ssh_hosts(tmp_path, ssh_bed, docker_clean, image):
+    """``shared``: the default tag, built by this run or already on the daemon from an earlier test; ``fresh``: a
+    tag no earlier run built (a build argument of its own), so the run must build it."""
     env = docker_clean
     ssh_bed.write_cluster_yaml(tmp_path / "cluster.yaml")
-    conf = _docker_conf(tmp_path, env, {"gemm:pytorch:docker:2:1:1": "null"}, CLUSTER="cluster.yaml")
+    args = {"BASE_IMAGE": env.torch_image}
+    if image == "fresh":
+        args["FLAGPERF_TEST_NONCE"] = uuid.uuid4().hex
+    conf = write_conf(tmp_path, {"gemm:pytorch:docker:2:1:1": "null"}, RUNTIME="docker",
+                      DOCKER_BUILD_ARGS=json.dumps(args), CLUSTER="cluster.yaml")
     code, out, err = run_cli(["run", "--config", conf], timeout=600)
-    assert code == 0, out + err
     run = only_run_dir(tmp_path / "result")
+    built = re.findall(r"image (flagperf/cpu-pytorch:\w+) built", (run / "flagperf_run.log").read_text())
+    try:
+        assert code == 0, out + err
+        _check_run_on_two_ssh_hosts(env, run, ssh_bed)
+        if image == "fresh":
+            assert built, (run / "flagperf_run.log").read_text()
+    finally:
+        if image == "fresh":
+            for tag in set(built):
+                env.client.images.remove(tag, force=True)
+
+
+def _check_run_on_two_ssh_hosts(env, run, ssh_bed):
     for node_rank, address in enumerate(ssh_bed.addresses):
         node = next(run.glob(f"*/round1/{address}_noderank{node_rank}"))
         assert (node / f"rank{node_rank}.out.log").is_file()
         assert (node / "env_prepare.log").is_file()
         ranks = json.loads((node / "ranks.json").read_text())["ranks"]
         assert [(r["rank"], r["exit_code"]) for r in ranks] == [(node_rank, 0)]
-    assert list((run / "images").glob("*.log")) or "already there" in (run / "flagperf_run.log").read_text()
     runlog = (run / "flagperf_run.log").read_text()
+    _check_image_lines(env, runlog, ssh_bed.addresses, run)
     assert re.search(r"docker run -d --name flagperf-run\d+-[0-9a-f]{6}-gemm-pytorch-docker-2x1-r1-n0 "
                      r".* flagperf/cpu-pytorch:",
                      runlog), runlog
     assert "container flagperf-" in runlog and "removed" in runlog
     assert _ours(env.client, run.name) == []
+
+
+def _check_image_lines(env, runlog, addresses, run_dir=None):
+    """Every host's image line, whichever way it went: what an earlier test (or session) left on the daemon decides
+    whether this run builds the image, so both are checked for what they promise. ``built``: the build log it names
+    exists, lies in the run's ``images/`` (when ``run_dir`` is given) and is that tag's build; ``already there``: the
+    tag is on the daemon."""
+    for address in addresses:
+        found = re.findall(rf"^.*{re.escape(address)}: image (flagperf/cpu-pytorch:\w+) (built|already there)"
+                           rf"(?: \(log (.+)\))?$", runlog, re.M)
+        assert len(found) == 1, runlog
+        tag, how, log = found[0]
+        if how == "built":
+            assert log and Path(log).is_file(), runlog
+            assert run_dir is None or Path(log).parent == Path(run_dir) / "images", log
+            assert Path(log).read_text().startswith(f"# docker build -t {tag} "), Path(log).read_text()[:500]
+        else:
+            assert not log, runlog
+            assert env.client.images.get(tag).tags, tag
 
 
 def test_image_reused_unchanged_and_rebuilt_after_edit(tmp_path, flagperf_home, docker_clean):

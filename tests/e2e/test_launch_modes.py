@@ -70,7 +70,7 @@ def check_toolkit_run(run, case, out, rounds):
     # the terminal table, report.md and report.html show the figures with their units
     assert "computation-FP32" in out and "TFLOPS" in out and "main_memory-bandwidth" in out and "GB/s" in out
     md = (run / "report.md").read_text()
-    assert "Metrics over the passed rounds (from [FlagPerf Result] lines):" in md
+    assert "Metrics over the passed rounds (from \\[FlagPerf Result\\] lines):" in md
     assert any(line.startswith("| main_memory-bandwidth |") and line.rstrip().endswith("| GB/s |")
                for line in md.splitlines()), md
     html = (run / "report.html").read_text()

@@ -8,8 +8,10 @@ import json
 import os
 import platform
 import re
+import shlex
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -430,3 +432,44 @@ def test_a_node_launcher_step_that_cannot_start_names_the_job_output(tmp_path, b
         reason = rnd["failure"]["reason"]
         assert re.search(r"_noderank\d: its node launcher step ended without recording an exit status \(Slurm job "
                          r"\d+: \S+/slurm/job-\d+\.out: .*no-such-python", reason), reason
+
+
+@pytest.mark.parametrize("shared, backslash", [(True, False), (True, True), (False, True)])
+def test_hostile_paths_reach_the_nodes_as_they_are(tmp_path, bed, flagperf_home, shared, backslash):
+    """FLAGPERF_PATH, the result folder and PYTHON hold a space, quotes, $, ${SLURM_JOB_ID}, $(...), backticks, %
+    (and a backslash): the job runs with them as they are, and nothing in them runs."""
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    odd = f"a b'c\"$d ${{SLURM_JOB_ID}} $(touch {marks}/1) `touch {marks}/2` ;touch {marks}/3 100%j%%u" \
+        + ("\\n" if backslash else "")
+    tree = tmp_path / f"fp {odd}"
+    results = tmp_path / f"result {odd}"
+    python = tmp_path / f"py {odd}" / "python3"
+    python.parent.mkdir(parents=True)
+    python.write_text(f"#!/bin/sh\nexec {shlex.quote(sys.executable)} \"$@\"\n")
+    python.chmod(0o755)
+    _override(flagperf_home, "sleeper", "odd", "sleep_s: 0.3\n")
+    conf = _conf(tmp_path, bed, {"sleeper:pytorch:odd:2:1:1": "null"}, 30490 + 2 * shared + backslash,
+                 {"SLURM_SHARED_FS": shared, "PYTHON": str(python)}, FLAGPERF_PATH=json.dumps(str(tree)),
+                 FLAGPERF_LOG_PATH=json.dumps(str(results)))
+    code, out, err = run_cli(["run", "--config", conf], home=flagperf_home, timeout=240)
+    assert code == 0, out + err
+    run = only_run_dir(results)
+    summary = json.loads((run / "summary.json").read_text())
+    (case,) = summary["cases"]
+    assert case["status"] == "passed" and [n["node"] for n in case["rounds"][0]["nodes"]] == \
+        ["fpnode1_noderank0", "fpnode2_noderank1"]
+    round_dir = run / case["name"] / "round1"
+    for i, node in enumerate(("fpnode1_noderank0", "fpnode2_noderank1")):
+        launch = json.loads((round_dir / node / "launch.json").read_text())
+        assert launch["cwd"] == str(tree / "benchmarks" / "sleeper") and launch["out_dir"] == \
+            (str(round_dir / node) if shared else str(tree / "result" / run.name / case["name"] / "round1" / node))
+        assert (round_dir / node / f"rank{i}.out.log").stat().st_size > 0
+        assert json.loads((round_dir / node / "ranks.json").read_text())["ranks"][0]["exit_code"] == 0
+    script = (round_dir / "slurm" / "job.sh").read_text()
+    assert f"{shlex.quote(str(python))} {shlex.quote(str(tree / 'launcher' / 'slurm_node.py'))} launch" in script
+    if shared:      # sbatch wrote the job's output where flagperf looks for it
+        names = [p.name for p in (round_dir / "slurm").glob("job*.out")]
+        assert names == ["job.out"] if backslash else re.fullmatch(r"job-\d+\.out", "".join(names)), names
+    assert list(marks.iterdir()) == []
+    _no_strays(tmp_path)

@@ -27,7 +27,7 @@ LAZY_IMPORTS = {
 # one. A new module no pattern names makes the test fail: place it here (and in docs/architecture.md, "Layers").
 # A backend's options module is ``flagperf/options/<name>.py``: importable without the backend.
 LAYERS = (
-    ("contract and records", (r"flagperf", r"flagperf\.(errors|paths|yamlio|records|checker)")),
+    ("contract and records", (r"flagperf", r"flagperf\.(errors|paths|yamlio|records|checker|untrusted)")),
     ("options schemas", (r"flagperf\.options(\..+)?",)),
     ("config", (r"flagperf\.(config|pyconfig|vendors|catalog|container_opts|references|convert)",)),
     ("plan", (r"flagperf\.(plan|caselaunch|containers|images)",)),

@@ -3,11 +3,16 @@
 The reader evaluates only plain data; every other construct is a problem at its line, and nothing in the file
 is ever executed or imported: the fixtures for the refused forms would each create a marker file if they ran.
 """
+import os
 import sys
+import threading
+import time
+import tracemalloc
+from pathlib import Path
 
 import pytest
 
-from flagperf.pyconfig import MAX_NODES, load_python_file
+from flagperf.pyconfig import MAX_CHARS, MAX_NODES, MAX_PROBLEMS, MAX_STRING_CHARS, load_python_file
 from flagperf.yamlio import LineMap
 
 PREFIX = "flagperf: config error: "
@@ -218,3 +223,176 @@ def test_refused_forms_through_the_cli(tmp_path, write, run_cli):
                                "of literals (strings, numbers, True, False, None, lists, tuples, dicts), names "
                                "assigned above, + of those, simple f-strings and os.path.join(...), and 'import os'")
     assert not marker.exists() and not (tmp_path / "result").exists()
+
+
+# -- hostile input: every form ends in one-line problems, in bounded time and memory ------------------------------
+
+def _chain(first: str, step: str, n: int = 60, head: str = "import os\n") -> str:
+    """``head``, ``S0 = first`` and ``S<i> = step`` (with ``{p}`` the name before) for i = 1..n-1."""
+    lines = [f"S0 = {first}"] + [f"S{i} = " + step.format(p=f"S{i - 1}") for i in range(1, n)]
+    return head + "\n".join(lines) + "\n"
+
+
+def _line_past(size: int, grow, cap: int = MAX_STRING_CHARS, first_line: int = 2) -> int:
+    """The line of a chain (S0 on ``first_line``) whose string first passes ``cap`` characters."""
+    line = first_line
+    while size <= cap:
+        size, line = grow(size), line + 1
+    return line
+
+
+S16 = "'xxxxxxxxxxxxxxxx'"
+BIG = "import os\n" + "".join(f"B{i} = B{i - 1} + B{i - 1}\n" if i else f"B0 = {S16}\n" for i in range(16))
+# BIG ends with B15, a string of 2**19 characters, on line 17
+BOMBS = [
+    pytest.param(_chain(S16, "f'{{{p}}}{{{p}}}'"), _line_past(16, lambda n: 2 * n), ["a string of 2097152 characters",
+                 f"at most {MAX_STRING_CHARS}"], id="fstring-doubling"),
+    pytest.param(_chain(S16, "os.path.join({p}, {p})"), _line_past(16, lambda n: 2 * n + 1),
+                 ["a string of", f"at most {MAX_STRING_CHARS}"], id="join-doubling"),
+    pytest.param(_chain(S16, "{p} + {p}"), _line_past(16, lambda n: 2 * n), ["a string of 2097152 characters"],
+                 id="plus-doubling"),
+    pytest.param(f"S = {S16}\n" + "S += S\n" * 60, _line_past(16, lambda n: 2 * n, first_line=1),
+                 ["a string of 2097152 characters"], id="augmented-doubling"),
+    pytest.param(_chain("['x', 'y']", "{p} + {p}"), None, [f"more than {MAX_NODES} values"], id="list-doubling"),
+    pytest.param(_chain("{'a': 'x'}", "{{'a': {p}, 'b': {p}}}", n=40), None, [f"more than {MAX_NODES} values"],
+                 id="dict-doubling"),
+    pytest.param(BIG + "X = f'" + "{B15}" * 3000 + "'\n", 18, ["a string of 1572864 characters"],
+                 id="fstring-many-references"),
+    pytest.param(BIG + "X = " + " ".join(["f'{B15}'"] * 3000) + "\n", 18, ["a string of 1572864 characters"],
+                 id="fstring-implicit-concatenation"),
+    pytest.param(BIG + "X = os.path.join(" + "B15, " * 3000 + "'a')\n", 18,
+                 [f"strings of more than {MAX_CHARS} characters in all"], id="join-many-references"),
+    pytest.param(BIG + "X = [" + "B15, " * 20000 + "]\n", 18, [f"strings of more than {MAX_CHARS} characters in all"],
+                 id="list-many-references"),
+    pytest.param(BIG + "".join(f"X{i} = B15\n" for i in range(40)), None,
+                 [f"strings of more than {MAX_CHARS} characters in all"], id="name-reused-many-times"),
+    pytest.param(_chain("[]", "[{p}]", n=100, head=""), 65, ["nesting deeper than 64 levels (with 'S63' expanded)"],
+                 id="nesting-by-reference"),
+    pytest.param(_chain("{}", "{{'k': {p}}}", n=100, head=""), 65, ["nesting deeper than 64 levels"],
+                 id="dict-nesting-by-reference"),
+    pytest.param("X = " + "[" * 150 + "]" * 150 + "\n", 1, ["nesting deeper than 64 levels"], id="nesting-literal"),
+    pytest.param("A = 1\n\nX = " + "-" * 100000 + "1\n", 3, ["Python syntax error: nesting too deep"],
+                 id="unary-100000"),
+    pytest.param("A = 1\nif A:\n    X = " + "+".join(["'a'"] * 100000) + "\n", 3,
+                 ["Python syntax error: nesting too deep"], id="plus-100000"),
+    pytest.param("X = " + "not " * 20000 + "1\n", 1, ["Python syntax error: nesting too deep"], id="not-20000"),
+    pytest.param("X = " + "(" * 100000 + "1" + ")" * 100000 + "\n", 1, ["Python syntax error: too many nested"],
+                 id="parentheses-100000"),
+    pytest.param("X = " + "-" * 900 + "1\n", 1, ["nesting deeper than 64 levels"], id="unary-900"),
+    pytest.param("X = " + "not " * 900 + "1\n", 1, ["this operator 'not not not", "is not allowed"], id="not-900"),
+    pytest.param("X = {{}: 1}\n", 1, ["a list, tuple or dict cannot be a dict key"], id="dict-key-dict"),
+    pytest.param("X = {[1]: 1}\n", 1, ["a list, tuple or dict cannot be a dict key"], id="dict-key-list"),
+    pytest.param("A = 'a'\nX = f'\\x00{A}'\n", 2, ["a NUL character"], id="fstring-nul"),
+    pytest.param("A = 'a'\nX = f'\\ud800{A}'\n", 2, ["a lone surrogate"], id="fstring-surrogate"),
+    pytest.param("X = 0x" + "f" * 100000 + "\n", 1, ["integer 0xffff", "is too large"], id="huge-hex-int"),
+    pytest.param("X = 1" + "0" * 5000 + "\n", 1, ["Python syntax error: Exceeds the limit"], id="huge-decimal-int"),
+]
+
+
+@pytest.mark.parametrize("source, line, words", BOMBS)
+def test_bombs_and_deep_nesting_give_one_line(tmp_path, source, line, words):
+    """Growth through f-strings, +, os.path.join and reused names, and nesting past any parser: one problem at
+    its line, found before the value is built (memory: mostly the parsed file), never an exception."""
+    path = tmp_path / "conf.py"
+    path.write_text(source)
+    traced = not any("nesting too deep" in word for word in words)   # Python's parser alone: traced, too slow
+    if traced:
+        tracemalloc.start()
+    try:
+        start = time.process_time()
+        data, problems = load_python_file(path)
+        cpu = time.process_time() - start
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert len(problems) == 1, problems
+    assert problems[0].startswith(f"{path}:{line}: " if line else f"{path}:"), problems
+    assert problems[0].isprintable() and len(problems[0]) <= 1100, problems
+    for word in words:
+        assert word in problems[0], problems
+    assert peak < 64 * 2 ** 20, f"{peak} bytes allocated"      # the parsed tree of the file, mostly
+    assert cpu < 30, f"{cpu:.1f} s of CPU"          # a hang or a runaway, not speed
+    for value in (data or {}).values():
+        assert not isinstance(value, str) or len(value) <= MAX_STRING_CHARS
+
+
+def test_file_with_a_nul_byte(tmp_path):
+    path = tmp_path / "conf.py"
+    path.write_bytes(b"A = 1\nX = 'a\x00b'\n")
+    assert load_python_file(path) == (None, [f"{path}:2: the file holds a NUL character (\\0), which a config may "
+                                             f"not hold"])
+
+
+NOT_REGULAR = "expected a regular Python file (not a device, pipe or socket)"
+
+
+def test_files_that_are_not_regular(tmp_path):
+    """A FIFO, a device and a link to one are refused without being read (a FIFO would wait for a writer,
+    /dev/zero never ends); a file past the size cap is refused unread, a sparse one too."""
+    fifo = tmp_path / "fifo.py"
+    os.mkfifo(fifo)
+    zero = tmp_path / "zero.py"
+    zero.symlink_to("/dev/zero")
+    for path in (fifo, zero, Path("/dev/null")):
+        assert load_python_file(path) == (None, [f"{path}: {NOT_REGULAR}"])
+    sparse = tmp_path / "sparse.py"
+    with open(sparse, "wb") as f:
+        f.truncate(2 * 2 ** 30)
+    assert load_python_file(sparse) == (None, [f"{sparse}: the file has {2 * 2 ** 30} bytes; a config file may "
+                                               f"have at most 1048576"])
+
+
+def test_a_fifo_swapped_in_after_the_first_look_is_not_waited_on(tmp_path, monkeypatch):
+    """The file is checked again once open (opened without blocking): a FIFO that replaced a regular file
+    between the two is refused at once."""
+    regular = tmp_path / "regular.py"
+    regular.write_text("X = 1\n")
+    fifo = tmp_path / "conf.py"
+    os.mkfifo(fifo)
+    real_stat = os.stat
+    monkeypatch.setattr(os, "stat", lambda p, *a, **k: real_stat(regular) if str(p) == str(fifo) else
+                        real_stat(p, *a, **k))
+    result: list = []
+    worker = threading.Thread(target=lambda: result.append(load_python_file(fifo)), daemon=True)
+    worker.start()
+    worker.join(30)
+    if worker.is_alive():           # unblock the reader: it waited for a writer
+        with open(fifo, "wb"):
+            pass
+        pytest.fail("reading the config waited on a FIFO")
+    assert result == [(None, [f"{fifo}: {NOT_REGULAR}"])]
+
+
+def test_problems_past_the_first_twenty_are_counted(tmp_path):
+    path = tmp_path / "conf.py"
+    path.write_text("A = 1\n" + "X = open()\n" * 50)
+    data, problems = load_python_file(path)
+    assert dict(data) == {"A": 1}
+    assert len(problems) == MAX_PROBLEMS + 1
+    assert problems[0].startswith(f"{path}:2: a call 'open()' is not allowed")
+    assert problems[-1] == f"{path}: {50 - MAX_PROBLEMS} more problems like these, not listed"
+
+
+CLI_BOMBS = [p for p in BOMBS if p.id in ("fstring-doubling", "join-doubling", "fstring-many-references",
+                                          "unary-100000", "nesting-by-reference", "dict-key-dict")]
+
+
+@pytest.mark.parametrize("source, line, words", CLI_BOMBS)
+def test_bombs_through_the_cli(tmp_path, run_cli, source, line, words):
+    """`flagperf run --config bomb.py --dry-run`: exit 2 and one line on stderr naming file:line, no traceback."""
+    path = tmp_path / "test_conf.py"
+    path.write_text(source)
+    rc, out, err = run_cli("run", "--config", path, "--dry-run", cwd=tmp_path)
+    assert rc == 2, out + err
+    assert out == "" and "Traceback" not in err
+    [only] = err.splitlines()
+    assert only.startswith(f"{PREFIX}{path}:{line}: " if line else f"{PREFIX}{path}:"), only
+    for word in words:
+        assert word in only, only
+
+
+def test_fifo_through_the_cli(tmp_path, run_cli):
+    path = tmp_path / "test_conf.py"
+    os.mkfifo(path)
+    rc, out, err = run_cli("run", "--config", path, "--dry-run", cwd=tmp_path, timeout=60)
+    assert (rc, out, err) == (2, "", f"{PREFIX}{path}: {NOT_REGULAR}\n")

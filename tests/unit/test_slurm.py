@@ -384,3 +384,193 @@ def test_the_node_refuses_a_symlinked_node_directory(tmp_path):
     assert proc.wait(30) == 2
     assert "not a directory of this user (a symlink?)" in proc.stderr.read().decode()
     assert list((tmp_path / "elsewhere").iterdir()) == []
+
+
+# -- the batch script quotes once: --dry-run's script run by bash with stub Slurm commands ---------------------
+
+STUB = """#!{python}
+import json, os, sys
+name = os.path.basename(sys.argv[0])
+with open(os.environ["STUB_LOG"], "a") as f:
+    f.write(json.dumps([name] + sys.argv[1:]) + "\\n")
+if name == "scontrol" and sys.argv[1:3] == ["show", "hostnames"]:
+    print("na\\nnb")
+"""
+
+
+def _odd(tmp_path, tag):
+    """A path name holding a space, both quotes, a backslash, $, ${SLURM_...}, $(...) and backticks; what it runs
+    touches a marker in tmp_path/marks."""
+    marks = tmp_path / "marks"
+    return (f"{tag} a'b\"c$d\\e ${{SLURM_JOB_ID}} $SLURM_JOB_NODELIST $(touch {marks}/{tag}1) "
+            f"`touch {marks}/{tag}2` ;touch {marks}/{tag}3")
+
+
+def _dry_run_script(tmp_path, run_cli, cluster: str, runtime="bare"):
+    """(job.sh as --dry-run prints it, the job's folder)."""
+    fp = tmp_path / _odd(tmp_path, "fp")
+    (tmp_path / "cluster.yaml").write_text(cluster)
+    (tmp_path / "test_conf.yaml").write_text(
+        f"VENDOR: cpu\nRUNTIME: {runtime}\nFLAGPERF_LOG_PATH: {json.dumps(_odd(tmp_path, 'log'))}\n"
+        f"FLAGPERF_PATH: {json.dumps(str(fp))}\nCLUSTER: cluster.yaml\nCASES:\n  'gemm:pytorch:x:2:1:1': null\n")
+    rc, out, err = run_cli("run", "--config", tmp_path / "test_conf.yaml", "--dry-run")
+    assert rc == 0, out + err
+    lines = out.splitlines()
+    start = next(i for i, x in enumerate(lines) if x.strip().startswith("batch script ") and x.endswith("job.sh:"))
+    job_dir = lines[start].strip()[len("batch script "):-len("/job.sh:")]
+    script = []
+    for line in lines[start + 1:]:
+        if not line.strip().startswith("| "):
+            break
+        script.append(line.split("| ", 1)[1])
+    return "\n".join(script) + "\n", fp, Path(job_dir)
+
+
+def _run_with_stubs(tmp_path, script: str) -> list:
+    """Run the script with bash, srun/scontrol/sbcast/scancel/sleep stubbed; the stubs' argv, one list per call."""
+    stubs = tmp_path / "stubs"
+    stubs.mkdir()
+    for name in ("srun", "scontrol", "sbcast", "scancel", "sleep"):
+        (stubs / name).write_text(STUB.format(python=sys.executable))
+        (stubs / name).chmod(0o755)
+    (tmp_path / "marks").mkdir(exist_ok=True)
+    path = tmp_path / "job.sh"
+    path.write_text(script)
+    check = subprocess.run(["bash", "-n", str(path)], capture_output=True, text=True)
+    assert check.returncode == 0, check.stderr
+    log = tmp_path / "stub.log"
+    env = {"PATH": f"{stubs}:/usr/bin:/bin", "STUB_LOG": str(log), "SLURM_JOB_ID": "4242",
+           "SLURM_JOB_NODELIST": "n[a-b]", "SLURM_JOB_NUM_NODES": "2", "HOME": str(tmp_path)}
+    done = subprocess.run(["bash", str(path)], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert list((tmp_path / "marks").iterdir()) == []           # nothing of a config value ran
+    return [json.loads(x) for x in log.read_text().splitlines()]
+
+
+STEP = ["srun", "--overlap", "--nodes=2", "--ntasks-per-node=1"]
+
+
+@pytest.mark.parametrize("shared", [True, False])
+def test_dry_run_script_runs_the_exact_argv_for_hostile_paths(tmp_path, run_cli, shared):
+    python = "/opt/py $(touch {m}/py1) `touch {m}/py2` ${{SLURM_JOB_ID}}/python3".format(m=tmp_path / "marks")
+    script, fp, job_dir = _dry_run_script(
+        tmp_path, run_cli, f"SCHEDULER: slurm\nMASTER_PORT: 30001\nPYTHON: {json.dumps(python)}\n"
+                           f"SLURM_SHARED_FS: {'true' if shared else 'false'}\n")
+    calls = _run_with_stubs(tmp_path, script)
+    wrapper = f"{fp}/launcher/slurm_node.py"
+    if shared:
+        specs = str(job_dir / "nodes.json")
+    else:       # node-local results: under FLAGPERF_PATH/result on the nodes, copied there by sbcast
+        specs = next(c for c in calls if c[0] == "sbcast")[-1]
+        assert specs.startswith(f"{fp}/result/") and specs.endswith("/slurm/nodes.json")
+        assert ["sbcast", "--force", f"{specs}.4242", specs] in calls
+        assert STEP + ["mkdir", "-p", "--", specs.rsplit("/", 1)[0]] in calls
+    assert STEP + ["--job-name=flagperf-monitor", "--kill-on-bad-exit=0", python, wrapper, "monitor", specs] in calls
+    assert STEP + ["--job-name=flagperf-launcher", "--kill-on-bad-exit=0", python, wrapper, "launch", specs] in calls
+    assert ["scontrol", "update", "JobId=4242", "Comment=flagperf:launchers=0,flagperf:done=0"] in calls
+
+
+def test_dry_run_script_passes_pyxis_image_and_mounts_as_they_are(tmp_path, run_cli):
+    marks = tmp_path / "marks"
+    image = f"docker://nvcr.io#nvidia/pytorch:24.05-py3$(touch {marks}/img1)`touch {marks}/img2`${{SLURM_JOB_ID}}"
+    mount = f"/data $(touch {marks}/m1) `touch {marks}/m2` ${{SLURM_JOB_ID}}'\""
+    script, fp, job_dir = _dry_run_script(
+        tmp_path, run_cli, f"SCHEDULER: slurm\nMASTER_PORT: 30001\nSLURM_CONTAINER_IMAGE: {json.dumps(image)}\n"
+                           f"SLURM_CONTAINER_MOUNTS: [{json.dumps(mount + ':/d')}]\n", runtime="pyxis")
+    calls = _run_with_stubs(tmp_path, script)
+    launch = next(c for c in calls if "--job-name=flagperf-launcher" in c)
+    root = str(job_dir.parents[3])
+    assert launch[6:] == [f"--container-image={image}", f"--container-mounts={fp}:{fp},{root}:{root},{mount}:/d",
+                          f"--container-workdir={fp}", "python3", f"{fp}/launcher/slurm_node.py", "launch",
+                          str(job_dir / "nodes.json")]
+
+
+def test_batch_script_expands_only_its_own_words():
+    """A config value that looks like the script's own ${SLURM_...} word is quoted like any other."""
+    text = batch_script(title="t\nrm -rf /tmp/x", python="--nodes=${SLURM_JOB_NUM_NODES}",
+                        wrapper="${SLURM_JOB_ID}/w", specs="/s")
+    assert "\nrm -rf" not in text and text.splitlines()[1] == "# t?rm -rf /tmp/x"
+    assert "'--nodes=${SLURM_JOB_NUM_NODES}' '${SLURM_JOB_ID}/w' launch /s" in text
+    with pytest.raises(ValueError):
+        batch_script(title="t", python="p", wrapper="w", specs="/s", inline_specs="FLAGPERF_SPECS_END")
+
+
+def test_output_option_escapes_sbatch_patterns():
+    from flagperf.backends.slurm_script import output_option
+    assert output_option("/r/slurm") == ("/r/slurm/job-%j.out", "job-%j.out")
+    assert output_option("/r/100%u/slurm") == ("/r/100%%u/slurm/job-%j.out", "job-%j.out")
+    assert output_option("/r/a\\b%j/slurm") == ("/r/a\\\\b%j/slurm/job.out", "job.out")
+
+
+@pytest.mark.parametrize("words, index, problem", [
+    (["--outp=x"], 0, "flagperf sets --output itself"),
+    (["--chd=/tmp"], 0, "flagperf sets --chdir itself"),
+    (["--job-n=j"], 0, "flagperf sets --job-name itself"),
+    (["--part=gpu"], 0, "flagperf sets --partition itself"),
+    (["--par=gpu"], 0, "--par is ambiguous: sbatch reads it as one of --parsable, --partition"),
+    (["--tasks=1"], 0, "flagperf sets --tasks-per-node itself"),
+    (["--ntasks-per-n", "2"], 0, "flagperf sets --ntasks-per-node itself"),
+    (["-Qp", "gpu"], 0, "flagperf sets -p itself"),
+    (["-Qpgpu"], 0, "flagperf sets -p itself"),
+    (["-JN"], 0, "flagperf sets -J itself"),
+    (["--test"], 0, "with --test-only sbatch only tests the job and submits nothing"),
+    (["--vers"], 0, "with --version sbatch prints its version"),
+    (["evil.sh"], 0, "not an option: sbatch would take this word as the batch script"),
+    (["--exclusive=user", "--constraint", "h100", "x"], 0, "flagperf sets --exclusive itself"),
+    (["--constraint", "h100", "x"], 2, "not an option: sbatch would take this word as the batch script"),
+    (["--mem", "4G", "--begin", "now", ":"], 4, "not an option"),
+    (["--reservation=r", "--"], 1, "ends sbatch's options"),
+    (["--comment"], 0, "--comment needs a value (--comment=VALUE)"),
+    (["-c"], 0, "-c needs a value"),
+    (["--contiguous=yes"], 0, "--contiguous takes no value"),
+    (["--no-such=1"], 0, "--no-such is not an sbatch option"),
+    (["-Z"], 0, "-Z is not an sbatch option"),
+])
+def test_slurm_args_are_read_as_sbatch_reads_them(words, index, problem):
+    from flagperf.options.slurm import sbatch_args_problems
+    found = sbatch_args_problems(words)
+    assert found and found[0][0] == index and found[0][1].startswith(problem), found
+
+
+def test_slurm_args_values_and_abbreviations_of_other_options_pass():
+    from flagperf.options.slurm import sbatch_args_problems
+    assert sbatch_args_problems(["--constraint=h100", "--reservation", "bench", "--comment", "--output=x",
+                                 "--constr", "a", "-C", "b", "-Cb", "-Q", "--mem=4G", "--exclude=n1", "-kp",
+                                 "--time-min=5", "--gres", "gpu:2", "-M", "c1", "--clusters=c2"]) == []
+
+
+def test_slurm_args_errors_are_one_config_line_each(tmp_path, run_cli):
+    conf = _configs(tmp_path, "SCHEDULER: slurm\nSLURM_ARGS: ['--outp=/tmp/x', --constraint, h100, job.sh, "
+                              "'--par=gpu', '--chd=/']\nPYTHON: '--export=ALL'\n")
+    rc, out, err = run_cli("run", "--config", conf, "--dry-run")
+    assert rc == 2 and out == "" and "Traceback" not in err, err
+    cluster = tmp_path / "cluster.yaml"
+    lines = err.splitlines()
+    assert lines == [
+        f"{PREFIX}{cluster}:2: SLURM_ARGS[0]: '--outp=/tmp/x': flagperf sets --output itself (from the job's output "
+        f"file); remove it",
+        f"{PREFIX}{cluster}:2: SLURM_ARGS[3]: 'job.sh': not an option: sbatch would take this word as the batch "
+        f"script in place of flagperf's (give an option's value as --OPTION=VALUE, or as the word right after its "
+        f"option)",
+        f"{PREFIX}{cluster}:2: SLURM_ARGS[4]: '--par=gpu': --par is ambiguous: sbatch reads it as one of --parsable, "
+        f"--partition; write the option in full",
+        f"{PREFIX}{cluster}:2: SLURM_ARGS[5]: '--chd=/': flagperf sets --chdir itself (from the job's working "
+        f"directory); remove it",
+        f"{PREFIX}{cluster}:3: PYTHON: expected the interpreter on the nodes (a name or a path), got '--export=ALL' "
+        f"(srun would read it as one of its options)"], err
+
+
+def test_container_paths_that_cannot_be_named_fail_the_job_with_one_line(tmp_path, run_cli):
+    from flagperf.backends.slurm_script import ch_run_argv, pyxis_options
+    with pytest.raises(ValueError, match="cannot name a path holding ',' or ':': /a,b"):
+        pyxis_options("img", [("/a,b", "/a,b")], "/w")
+    with pytest.raises(ValueError, match="cannot name a path holding ':': /x:y"):
+        ch_run_argv("/img", [("/ok", "/ok"), ("/x:y", "/x:y")], "/w")
+    (tmp_path / "cluster.yaml").write_text("SCHEDULER: slurm\nMASTER_PORT: 30001\nSLURM_CONTAINER_IMAGE: docker://i\n")
+    (tmp_path / "test_conf.yaml").write_text(
+        f"VENDOR: cpu\nRUNTIME: pyxis\nFLAGPERF_LOG_PATH: result\nFLAGPERF_PATH: '{tmp_path}/fp,/etc:/x'\n"
+        f"CLUSTER: cluster.yaml\nCASES:\n  'gemm:pytorch:x:2:1:1': null\n")
+    rc, out, err = run_cli("run", "--config", tmp_path / "test_conf.yaml", "--dry-run")
+    assert rc == 0 and "Traceback" not in err, out + err
+    assert f"slurm: the job cannot be written: RUNTIME pyxis: srun --container-mounts cannot name a path holding " \
+           f"',' or ':': {tmp_path}/fp,/etc:/x" in out, out

@@ -123,7 +123,7 @@ def test_load_missing_file(tmp_path):
     ('{"schema": "flagperf.summary/1"}', "does not follow flagperf.summary/1: KeyError"),
     ('{"schema": "flagperf.summary/1", "run_id": "r", "cases": [{"key": "x"}]}', "KeyError"),
     ('{"schema": "flagperf.summary/1", "run_id": "r", "cases": [{"name": "c", "rounds": [{"round": 1, '
-     '"status": "bogus"}]}]}', "ValueError"),
+     '"status": "bogus"}]}]}', "cases[0].rounds[0].status: expected one of passed"),
     ('{"schema": "flagperf.summary/1", "run_id": "r", "cases": "abc"}', "cases: expected list"),
 ], ids=["bad-json", "empty", "not-utf8", "old-schema", "no-schema", "list", "no-run-id", "case-no-name",
         "bad-status", "cases-string"])
