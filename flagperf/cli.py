@@ -29,6 +29,12 @@ cluster_option = click.option(
     help="Cluster config (YAML, or FlagPerf's cluster_conf.py); overrides CLUSTER of the test config.")
 
 
+def _print_notes(summary) -> None:
+    """What reading a summary.json left out (NaN, Infinity read as absent), one line each on stderr."""
+    for note in summary.notes:
+        click.echo(f"flagperf: note: {for_terminal(note)}", err=True)
+
+
 def _console(stderr=False):
     from rich.console import Console
     console = Console(stderr=stderr, highlight=False, soft_wrap=True, emoji=False)
@@ -302,6 +308,7 @@ def report(run_dir, config_path, as_markdown, as_html):
         _exit_config(exc, prefix="")
     except SummaryError as exc:
         _exit_config(ConfigError(str(exc)), prefix="")
+    _print_notes(summary)
     if summary.series is None:      # a run summarised before series.json: its node directories, read once now
         try:
             summary.series = summarise_series(summary, run_dir)
@@ -407,6 +414,8 @@ def compare(run_a, run_b, threshold_pct, alpha, as_json):
         a, b = (Summary.load(p if p.is_file() else p / "summary.json") for p in (run_a, run_b))
     except SummaryError as exc:
         _exit_config(ConfigError(str(exc)), prefix="")
+    _print_notes(a)
+    _print_notes(b)
     result = compare_summaries(a, b, threshold_pct=threshold_pct, alpha=alpha)
     if as_json:
         sys.stdout.write(json.dumps(result.to_dict(), indent=2, allow_nan=False) + "\n")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from flagperf.results.interpret import Status
 from flagperf_contract import write_atomic
 
 
@@ -33,3 +34,14 @@ class Reporter:
         path = Path(run_dir) / str(self.file_name)
         write_atomic(path, self.render(summary))
         return path
+
+
+def shown_cases(summary, limit: int) -> tuple:
+    """(the cases a bounded view shows, how many it leaves out): every case not passed first, in order, then the
+    passed ones, up to ``limit``."""
+    ordered = [c for c in summary.cases if c.status != Status.PASSED] + \
+        [c for c in summary.cases if c.status == Status.PASSED]
+    if len(ordered) <= limit:
+        return list(summary.cases), 0
+    keep = {id(c) for c in ordered[:limit]}
+    return [c for c in summary.cases if id(c) in keep], len(ordered) - limit

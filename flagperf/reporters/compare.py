@@ -38,8 +38,28 @@ def _evidence(m) -> str:
     return test if m.basis == BASIS_P else f"{test} (n too small); {spread}"
 
 
+MAX_COMPARED_CASES = 200        # cases in the table: those with a regression or a note first; the rest are counted
+MAX_LINES = 400                 # lines after the table; the rest are counted (--json lists everything)
+
+
+def _shown(cmp: Comparison) -> tuple:
+    """(the cases the table shows, in order, and how many it leaves out): cases with a regression, a changed
+    status or a note first."""
+    regressed = {id(c) for c, _ in cmp.regressions}
+
+    def remarkable(case) -> bool:
+        return id(case) in regressed or bool(case.note) or case.status_a != case.status_b or \
+            any(m.note for m in case.metrics)
+    ordered = [c for c in cmp.cases if remarkable(c)] + [c for c in cmp.cases if not remarkable(c)]
+    if len(ordered) <= MAX_COMPARED_CASES:
+        return list(cmp.cases), 0
+    keep = {id(c) for c in ordered[:MAX_COMPARED_CASES]}
+    return [c for c in cmp.cases if id(c) in keep], len(ordered) - MAX_COMPARED_CASES
+
+
 def comparison_table(cmp: Comparison) -> Table:
-    """One row per case (its name, and the statuses when not both passed), then one row per metric."""
+    """One row per case (its name, and the statuses when not both passed), then one row per metric; at most
+    MAX_COMPARED_CASES cases, those with a regression, a changed status or a note first."""
     n = len(cmp.regressions)
     table = Table(title=for_rich(f"flagperf compare A {cmp.a['run_id']} vs B {cmp.b['run_id']}: "
                                  f"{n} regression{'' if n == 1 else 's'} (threshold {cmp.threshold_pct:g}%, "
@@ -48,7 +68,8 @@ def comparison_table(cmp: Comparison) -> Table:
                       ("median A", "right"), ("median B", "right"), ("change", "right"), ("test", "left"),
                       ("verdict", "left")):
         table.add_column(col, justify=just, no_wrap=col == "case / metric")  # type: ignore[arg-type]
-    for i, case in enumerate(cmp.cases):
+    cases, left_out = _shown(cmp)
+    for i, case in enumerate(cases):
         if i:
             table.add_section()
         statuses = "" if case.status_a == case.status_b == Status.PASSED else f"A {case.status_a}, B {case.status_b}"
@@ -59,6 +80,10 @@ def comparison_table(cmp: Comparison) -> Table:
             table.add_row(Text("  ") + for_rich(m.metric) + (" (headline)" if m.headline else ""), for_rich(m.unit),
                           _better(m), f"{m.a.n}/{m.b.n}", _num(m.a.median), _num(m.b.median), _pct(m.change_pct),
                           _evidence(m), for_rich(m.verdict, style))
+    if left_out:
+        table.add_section()
+        table.add_row(f"... {left_out} more case(s) without a regression or a note", "", "", "", "", "", "", "",
+                      "--json lists every one")
     return table
 
 
@@ -77,6 +102,13 @@ def comparison_lines(cmp: Comparison) -> list:
     for case, m in cmp.regressions:
         out.append(f"REGRESSION {t(case.name)} {t(m.metric)}: {_num(m.a.median)} -> {_num(m.b.median)} {t(m.unit)} "
                    f"({_pct(m.change_pct)}, {_evidence(m)})")
+    if len(out) > MAX_LINES:      # the regressions stay at the end, before the counts
+        regressions = [line for line in out if line.startswith("REGRESSION ")]
+        rest = [line for line in out if not line.startswith("REGRESSION ")]
+        keep_r = regressions[:MAX_LINES // 2]
+        keep = rest[:MAX_LINES - len(keep_r)]
+        dropped = len(out) - len(keep) - len(keep_r)
+        out = keep + keep_r + [f"... {dropped} more line(s) left out (flagperf compare --json lists everything)"]
     c = cmp.counts()
     out.append(f"{c['cases_compared']} case(s) compared, {c['metrics_compared']} metric(s): "
                f"{c[REGRESSION]} regression(s), {c[IMPROVEMENT]} improvement(s), {c[UNCHANGED]} unchanged, "

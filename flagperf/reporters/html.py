@@ -25,12 +25,13 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from flagperf.references import case_note, tolerance_text
-from flagperf.reporters.base import Reporter
+from flagperf.reporters.base import Reporter, shown_cases
 from flagperf.results.interpret import Status
 from flagperf.results.series import NodeSeries, load_series
 from flagperf.untrusted import for_html
 from flagperf_contract import write_atomic
 
+MAX_CASE_SECTIONS = 200         # cases with a section of plots; the others are in the table only
 MAX_GPU_ROWS = 10               # accelerator fields plotted per node (known ones first)
 # Accelerator fields, in row order, with their labels; other numeric fields follow (throttle fields together).
 GPU_FIELDS = (("power_w", "power W"), ("sm_clock_mhz", "SM clock MHz"), ("mem_clock_mhz", "memory clock MHz"),
@@ -205,8 +206,14 @@ class HtmlReporter(Reporter):
         self.figures: list = []         # (div id, plotly figure) of the last page, in page order
         self._scripts = [PLOTLY_CONFIG_SCRIPT, self._plt.plotlyjs]     # the page's own scripts, by text
         body = self._header(summary) + self._cases_table(summary) + self._rankings(summary)
+        shown = {id(c) for c in shown_cases(summary, MAX_CASE_SECTIONS)[0]}
         for ci, case in enumerate(summary.cases):
-            body += self._case(ci, case, series or {})
+            if id(case) in shown:
+                body += self._case(ci, case, series or {})
+        if len(shown) < len(summary.cases):
+            body += (f'<section><p class="note">{len(summary.cases) - len(shown)} more passed case(s) are in the '
+                     f'table above but have no section here (report.md and summary.json list every one).</p>'
+                     f'</section>\n')
         title = f"flagperf {summary.run_id}: {status_text(summary.status)}"
         csp = CSP.format(scripts=" ".join(dict.fromkeys(script_hash(s) for s in self._scripts)))
         return (f'<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'

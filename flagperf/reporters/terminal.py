@@ -11,7 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from flagperf.references import case_note, describe
-from flagperf.reporters.base import Reporter
+from flagperf.reporters.base import Reporter, shown_cases
 from flagperf.results.interpret import Status
 from flagperf.results.slownodes import RULE, outliers
 from flagperf.results.slownodes import describe as describe_outlier
@@ -61,6 +61,10 @@ def _reference_note(case) -> str:
     return case_note(case.verdicts or [])
 
 
+MAX_CASE_ROWS = 200         # cases in the terminal table; the rest are counted (report.md and summary.json list all)
+MAX_FAILURE_LINES = 400     # lines of failures printed by `flagperf report`; the rest are counted
+
+
 class TerminalReporter(Reporter):
     name = "terminal"
     file_name = None
@@ -71,7 +75,8 @@ class TerminalReporter(Reporter):
                           ("median", "right"), ("mean", "right"), ("min", "right"), ("max", "right"),
                           ("unit", "left"), ("e2e s", "right"), ("note", "left")):
             table.add_column(col, justify=just)  # type: ignore[arg-type]
-        for case in summary.cases:
+        cases, left_out = shown_cases(summary, MAX_CASE_ROWS)
+        for case in cases:
             st, e2e = case.stats.get("value") or {}, case.stats.get("e2e_time") or {}
             table.add_row(
                 for_rich(case.name), for_rich(case.status.value, STYLES.get(case.status, "yellow")),
@@ -80,6 +85,9 @@ class TerminalReporter(Reporter):
                 for_rich(case.unit or ""), _num(e2e.get("median")), for_rich(_note(case) or _reference_note(case)))
             for row in _flagperf_rows(case):
                 table.add_row(*row)
+        if left_out:
+            table.add_row(f"... {left_out} more passed case(s)", "", "", "", "", "", "", "", "", "",
+                          "report.md and summary.json list every case")
         return table
 
     def rankings(self, summary) -> list:
@@ -120,6 +128,11 @@ class TerminalReporter(Reporter):
                     out.append(for_terminal(f"{case.name} round {r.round}: {r.status}: {r.failure.reason}"))
                     out += [f"    | {for_terminal(line)}" for line in r.failure.last_lines or ()]
             out += _reference_lines(case)
+            if len(out) > MAX_FAILURE_LINES:
+                break
+        if len(out) > MAX_FAILURE_LINES:
+            return out[:MAX_FAILURE_LINES] + [f"... more failures left out (the first {MAX_FAILURE_LINES} lines are "
+                                              f"shown; report.md lists every one)"]
         return out
 
 

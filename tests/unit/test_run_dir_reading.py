@@ -207,6 +207,24 @@ def test_20000_cases_load_and_compare_in_bounded_time(tmp_path):
     assert rc == 0, err
 
 
+def test_report_and_the_compare_table_of_20000_cases_are_bounded(tmp_path):
+    """The terminal table, the failure lines, the compare table and report.html's case sections are bounded (the
+    rest counted), so a run of 20,000 cases is shown in seconds, not minutes; report.md keeps every case."""
+    d = write(run_dir(tmp_path), a_summary(20_000))
+    r = subprocess.run([sys.executable, "-m", "flagperf", "report", str(d)], capture_output=True, text=True,
+                       timeout=300, cwd=ROOT, stdin=subprocess.DEVNULL,
+                       env=dict(os.environ, PYTHONPATH=str(ROOT), COLUMNS="200"))
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "19800 more passed case(s)" in r.stdout and len(r.stdout.splitlines()) < 1000
+    assert (d / "report.md").read_text().count("| case") >= 1 and (d / "report.html").is_file()
+    assert "more passed case(s) are in the table above" in (d / "report.html").read_text()
+    r = subprocess.run([sys.executable, "-m", "flagperf", "compare", str(d), str(d)], capture_output=True, text=True,
+                       timeout=300, cwd=ROOT, stdin=subprocess.DEVNULL,
+                       env=dict(os.environ, PYTHONPATH=str(ROOT), COLUMNS="200"))
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "19800 more case(s) without a regression or a note" in r.stdout and len(r.stdout.splitlines()) < 3000
+
+
 def collect_dir(tmp_path, record=None, kind=None) -> Path:
     d = run_dir(tmp_path, "collect")
     p = d / "run.json"
