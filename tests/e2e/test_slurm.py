@@ -159,8 +159,10 @@ def test_an_interrupt_cancels_the_job(tmp_path, bed, flagperf_home, sig, record_
     conf = _conf(tmp_path, bed, {"sleeper:pytorch:long:2:2:1": "null"}, 30410 + int(sig))
     proc = start_cli(["run", "--config", conf], home=flagperf_home, start_new_session=True)
     try:
-        wait_for(lambda: list((tmp_path / "result").glob("run*/*/round1/fpnode2_noderank1/rank3.out.log")), 60,
-                 "the ranks to start")
+        # every node's ranks have started (a node launcher signalled before it started its ranks has none to record)
+        wait_for(lambda: all(list((tmp_path / "result").glob(f"run*/*/round1/{n}/{r}.out.log"))
+                             for n, r in (("fpnode1_noderank0", "rank1"), ("fpnode2_noderank1", "rank3"))), 60,
+                 "the ranks of both nodes to start")
         assert bed.active_jobs(), "no job while the ranks run"
         t0 = time.monotonic()
         os.killpg(proc.pid, sig) if sig == signal.SIGINT else proc.send_signal(sig)
