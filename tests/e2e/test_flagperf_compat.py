@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from flagperf.results.monitors import read_monitor_file, read_status
-from tests.unit.flagperf_readers import read_host_file
+from tests.unit.flagperf_format_readers import read_host_file
 
 from .conftest import only_run_dir, run_cli, write_conf
 

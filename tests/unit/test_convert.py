@@ -10,7 +10,7 @@ import yaml
 
 from flagperf.config import FLAGPERF_IGNORED
 
-UPSTREAM = Path(__file__).resolve().parent / "fixtures" / "flagperf_upstream"
+UPSTREAM = Path(__file__).resolve().parent / "fixtures" / "flagperf_format_configs"
 PREFIX = "flagperf: config error: "
 
 

@@ -1,6 +1,6 @@
 """FlagPerf users' config files load as they are (flagperf/config.py with flagperf/pyconfig.py).
 
-FlagPerf's own files (tests/unit/fixtures/flagperf_upstream/, see SOURCE there) and files in its formats: a
+Files in FlagPerf's formats (tests/unit/fixtures/flagperf_format_configs/, written for these tests): a
 training test_conf.py with cluster_conf.py, a base host.yaml (test and cluster keys in one file), CASE_PATHS,
 ports written as strings, case keys with extra fields or a framework version, and the hints for keys that belong
 in the other file. Errors go through the real CLI (exit 2, one line each, no traceback).
@@ -17,7 +17,7 @@ from flagperf.errors import ConfigError
 from flagperf.plan import build_plan
 from flagperf.pyconfig import load_config_file
 
-UPSTREAM = Path(__file__).resolve().parent / "fixtures" / "flagperf_upstream"
+UPSTREAM = Path(__file__).resolve().parent / "fixtures" / "flagperf_format_configs"
 PREFIX = "flagperf: config error: "
 WARN = "flagperf: warning: "
 

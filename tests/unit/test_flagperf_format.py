@@ -1,5 +1,5 @@
 """FlagPerf's monitor files (monitors/flagperf_format.py, MONITOR_FORMAT: flagperf) and sys_info.log from the
-monitor, read back with FlagPerf's own reading rules (tests/unit/flagperf_readers.py).
+monitor, read back with FlagPerf's own reading rules (tests/unit/flagperf_format_readers.py).
 
 The accelerator files are made from what the plug-ins read: a stand-in pynvml module, and stand-in npu-smi, cnmon
 and ipmitool executables printing recorded outputs (tests/unit/fixtures/accel/), as in test_accel_plugins.py."""
@@ -22,7 +22,7 @@ from flagperf.results.monitors import read_monitor_file, read_status  # noqa: E4
 from monitors import flagperf_format as ff  # noqa: E402
 from monitors.accel import _cli, cnmon, npu_smi  # noqa: E402
 
-from .flagperf_readers import accel_stamps, read_accel_file, read_host_file  # noqa: E402
+from .flagperf_format_readers import accel_stamps, read_accel_file, read_host_file  # noqa: E402
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "accel"
 MONITOR = ROOT / "monitors" / "monitor.py"

@@ -1,6 +1,6 @@
-"""Readers that follow FlagPerf's own rules for its monitor files (base/run.py summary_logs and
-base/vendors/<vendor>/<vendor>_analysis.py at FlagOpen/FlagPerf@1b5a0303), restated here so that tests can check
-that flagperf's ``flagperf_format/`` files are read by FlagPerf as FlagPerf reads its own.
+"""Readers of FlagPerf's monitor-file formats, written for these tests: they read a file the way FlagPerf's
+summary step reads its monitor files, so that tests can check that flagperf's ``flagperf_format/`` files are
+read as FlagPerf's own are.
 
 Host files: every line holding a tab is ``<stamp>\\t<value>\\n``; the value is the text after the tab without its
 last character (the newline), as a float. Accelerator files: lines are split on single spaces and read by
