@@ -269,12 +269,9 @@ def sweep(ops, apis, c, ctx, dt_name, gen, skipped, labels):
                                                 f"({n} ranks)")
                 continue
             results[op][s] = r
-            LOG.event("STEP", op=op, size=labels[s], bytes=r["bytes"], time_us=r["time_s"] * 1e6,
-                      algbw=r["algbw"], busbw=r["busbw"], max_rel_err=r["err"], iters=r["iters"],
-                      repeats=r["repeats"], measured_s=r["measured_s"])
-            if ctx.rank == 0:
-                print(f"{op:>15} {labels[s]:>6} {r['bytes']:>12} {r['time_s'] * 1e6:>11.2f} {r['algbw']:>11.3f} "
-                      f"{r['busbw']:>11.3f} {r['err']:>9.2g}", flush=True)
+            harness.sweep_step(LOG, ctx, r, {"op": op}, labels[s],
+                               {"algbw": r["algbw"], "busbw": r["busbw"], "max_rel_err": r["err"]},
+                               f"{op:>15}", f"{r['algbw']:>11.3f} {r['busbw']:>11.3f} {r['err']:>9.2g}")
             if ctx.is_cuda:
                 torch.cuda.empty_cache()
     return results, budget

@@ -837,6 +837,16 @@ class BudgetReport:
         return d
 
 
+def sweep_step(log, ctx, r, where, label, measures, head, tail):
+    """One timed size of a bandwidth sweep done (``r``: its result, with bytes, time_s and time_fn's counts):
+    its STEP event (``where``, the size ``label``, bytes, time_us, ``measures``, the counts) and, on rank 0,
+    its row of the table (``head``, size, bytes, time in us, ``tail``)."""
+    log.event("STEP", **where, size=label, bytes=r["bytes"], time_us=r["time_s"] * 1e6, **measures,
+              iters=r["iters"], repeats=r["repeats"], measured_s=r["measured_s"])
+    if ctx.rank == 0:
+        print(f"{head} {label:>6} {r['bytes']:>12} {r['time_s'] * 1e6:>11.2f} {tail}", flush=True)
+
+
 class StepClock:
     """Per-step times of a training loop: ``mark()`` after every step (and once before the first) records a
     torch.cuda.Event on CUDA, else time.perf_counter (after a device sync when ``sync``). ``pause()`` closes a

@@ -172,12 +172,10 @@ def sweep(pairs, c, ctx, dt, gen, skipped, labels):
                     skipped[f"{src}_{dst}_{labels[s]}"] = f"{s} bytes is less than one {c['dtype']} element"
                     continue
                 results[(src, dst, mode, s)] = r
-                LOG.event("STEP", pair=[src, dst], mode=mode, size=labels[s], bytes=r["bytes"],
-                          time_us=r["time_s"] * 1e6, bw=r["bw"], mismatches=r["bad"], iters=r["iters"],
-                          repeats=r["repeats"], measured_s=r["measured_s"])
-                if ctx.rank == 0:
-                    print(f"{f'{src}->{dst}' if mode == 'uni' else f'{src}<->{dst}':>7} {mode:>4} {labels[s]:>6} "
-                          f"{r['bytes']:>12} {r['time_s'] * 1e6:>11.2f} {r['bw']:>10.3f} {r['bad']:>5}", flush=True)
+                harness.sweep_step(LOG, ctx, r, {"pair": [src, dst], "mode": mode}, labels[s],
+                                   {"bw": r["bw"], "mismatches": r["bad"]},
+                                   f"{f'{src}->{dst}' if mode == 'uni' else f'{src}<->{dst}':>7} {mode:>4}",
+                                   f"{r['bw']:>10.3f} {r['bad']:>5}")
             if ctx.is_cuda:
                 torch.cuda.empty_cache()
     return results, budget

@@ -179,3 +179,16 @@ def docker_clean(docker_env):
     before = dockerenv.flagperf_container_ids(docker_env.client)
     yield docker_env
     dockerenv.cleanup_flagperf_containers(docker_env.client, keep=before)
+
+
+# ---- a headless browser (Debian's chromium, see testbed/browser.py) ----
+
+@pytest.fixture(scope="module")
+def chromium():
+    """chromium's path; installed with apt-get when missing (under CI=true a missing browser fails)."""
+    from testbed import browser
+
+    try:
+        return browser.ensure_chromium()
+    except browser.BrowserError as exc:
+        unavailable(f"headless browser unavailable: {exc}")

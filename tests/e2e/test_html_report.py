@@ -10,7 +10,6 @@ import socket
 import pytest
 
 from testbed import browser
-from testbed.realparts import unavailable
 from tests.unit.test_html_report import hostile_summary
 
 from .conftest import only_run_dir, run_cli, write_conf
@@ -18,15 +17,6 @@ from .conftest import only_run_dir, run_cli, write_conf
 PNG = b"\x89PNG\r\n\x1a\n"
 # an element that would load something: <script src=...>, <link href=...>, <img src=...>, ... (none may exist)
 EXTERNAL = re.compile(r"<(script|link|img|iframe|embed|object|source|audio|video|track)\b[^>]*\b(src|href)\s*=", re.I)
-
-
-@pytest.fixture(scope="module")
-def chromium():
-    """chromium's path; installed with apt-get when missing (under CI=true a missing browser fails)."""
-    try:
-        return browser.ensure_chromium()
-    except browser.BrowserError as exc:
-        unavailable(f"headless browser unavailable: {exc}")
 
 
 def page_without_plotlyjs(text):

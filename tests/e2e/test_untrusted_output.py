@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 
 from testbed import browser
-from testbed.realparts import unavailable
 from tests.unit.test_untrusted import PAYLOADS, SGR, TERMINAL_FORBIDDEN, hostile_summary
 
 REPO = Path(__file__).resolve().parents[2]
@@ -77,14 +76,6 @@ def test_report_in_a_real_terminal_shows_payloads_as_text(tmp_path):
     assert "more characters)" in plain              # the long tail capped, visibly
     assert "Traceback" not in plain and "MarkupError" not in plain
     assert (run / "report.md").is_file() and (run / "report.html").is_file()
-
-
-@pytest.fixture(scope="module")
-def chromium():
-    try:
-        return browser.ensure_chromium()
-    except browser.BrowserError as exc:
-        unavailable(f"headless browser unavailable: {exc}")
 
 
 def test_report_html_runs_no_injected_script_in_chromium(tmp_path, chromium):

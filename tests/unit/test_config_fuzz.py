@@ -23,6 +23,7 @@ from flagperf.config import SOURCE_ROOT, Config, load_config
 from flagperf.errors import ConfigError
 from flagperf.vendors import load_vendor
 from flagperf.yamlio import load_yaml_file
+from tests.unit.mutations import dup_or_drop_line, flip_or_truncate
 
 FIXTURES = Path(__file__).parent / "fixtures" / "configs"
 SEED = 20240611
@@ -120,12 +121,8 @@ def mutate(rng: random.Random, base: bytes) -> bytes:
     for _ in range(rng.randint(1, 3)):
         op = rng.random()
         lines = data.split(b"\n")
-        if op < 0.2 and data:                                   # byte flip
-            i = rng.randrange(len(data))
-            new = bytes([rng.choice(STRUCTURAL) if rng.random() < 0.7 else rng.randrange(256)])
-            data = data[:i] + new + data[i + 1:]
-        elif op < 0.28 and data:                                # truncation
-            data = data[:rng.randrange(len(data))]
+        if op < 0.28 and data:                                  # byte flip or truncation
+            data = flip_or_truncate(rng, data, op, STRUCTURAL, 0.7)
         elif op < 0.5:                                          # a known-bad line
             i = rng.randrange(len(lines) + 1)
             indent = rng.choice([b"", b"", b"  ", b"    "])
@@ -139,12 +136,7 @@ def mutate(rng: random.Random, base: bytes) -> bytes:
                 lines[i] = head + b": " + rng.choice(BAD_VALUES)
                 data = b"\n".join(lines)
         elif op < 0.92 and lines:                               # a line duplicated or dropped
-            i = rng.randrange(len(lines))
-            if rng.random() < 0.5:
-                lines.insert(i, lines[i])
-            else:
-                del lines[i]
-            data = b"\n".join(lines)
+            data = dup_or_drop_line(rng, lines, 0.5)
         else:                                                   # random bytes
             i = rng.randrange(len(data) + 1)
             data = data[:i] + bytes(rng.choice(STRUCTURAL) for _ in range(rng.randint(1, 8))) + data[i:]

@@ -28,6 +28,7 @@ from flagperf.config import SOURCE_ROOT, Config, load_config
 from flagperf.errors import ConfigError
 from flagperf.pyconfig import MAX_CHARS, MAX_NODES, MAX_STRING_CHARS, load_python_file
 from flagperf.yamlio import MAX_DEPTH, MAX_INT, MAX_MESSAGE, LineMap
+from tests.unit.mutations import dup_or_drop_line, flip_or_truncate
 
 SEED = 20261126
 PROGRAMS = 2000         # generated programs, through load_python_file
@@ -207,19 +208,10 @@ def mutate(rng: random.Random, gen: Gen, base: bytes) -> bytes:
     for _ in range(rng.randint(1, 3)):
         op = rng.random()
         lines = data.split(b"\n")
-        if op < 0.2 and data:                                   # byte flip
-            i = rng.randrange(len(data))
-            new = bytes([rng.choice(PY_BYTES) if rng.random() < 0.8 else rng.randrange(256)])
-            data = data[:i] + new + data[i + 1:]
-        elif op < 0.28 and data:                                # truncation
-            data = data[:rng.randrange(len(data))]
+        if op < 0.28 and data:                                  # byte flip or truncation
+            data = flip_or_truncate(rng, data, op, PY_BYTES, 0.8)
         elif op < 0.45 and lines:                               # a line duplicated or dropped
-            i = rng.randrange(len(lines))
-            if rng.random() < 0.6:
-                lines.insert(i, lines[i])
-            else:
-                del lines[i]
-            data = b"\n".join(lines)
+            data = dup_or_drop_line(rng, lines, 0.6)
         elif op < 0.65:                                         # a hostile line
             lines.insert(rng.randrange(len(lines) + 1), rng.choice(HOSTILE_LINES).format(m=gen.marker).encode())
             data = b"\n".join(lines)

@@ -139,14 +139,20 @@ WRONG = {   # (where, value, what the message names)
 }
 
 
-@pytest.mark.parametrize("name", WRONG)
-def test_wrong_types_are_one_line_naming_the_field(tmp_path, name):
+def wrong_summary(name) -> tuple:
+    """(a summary with WRONG[name]'s value put in place, the words its error must contain)."""
     where, value, words = WRONG[name]
     data = a_summary()
     obj = data
     for key in where[:-1]:
         obj = obj[key]
     obj[where[-1]] = value
+    return data, words
+
+
+@pytest.mark.parametrize("name", WRONG)
+def test_wrong_types_are_one_line_naming_the_field(tmp_path, name):
+    data, words = wrong_summary(name)
     d = write(run_dir(tmp_path), data)
     with pytest.raises(SummaryError, match=str(d / "summary.json")) as exc:
         Summary.load(d / "summary.json")
@@ -155,12 +161,7 @@ def test_wrong_types_are_one_line_naming_the_field(tmp_path, name):
 
 @pytest.mark.parametrize("name", ["metrics", "node monitors", "rankings", "verdicts", "last lines"])
 def test_wrong_types_through_the_cli(tmp_path, name):
-    where, value, words = WRONG[name]
-    data = a_summary()
-    obj = data
-    for key in where[:-1]:
-        obj = obj[key]
-    obj[where[-1]] = value
+    data, words = wrong_summary(name)
     bad = write(run_dir(tmp_path, "bad"), data)
     good = write(run_dir(tmp_path, "good"), a_summary())
     for args in (("report", bad), ("compare", good, bad)):

@@ -502,30 +502,43 @@ def test_output_option_escapes_sbatch_patterns():
     assert output_option("/r/a\\b%j/slurm") == ("/r/a\\\\b%j/slurm/job.out", "job.out")
 
 
-@pytest.mark.parametrize("words, index, problem", [
-    (["--outp=x"], 0, "flagperf sets --output itself"),
-    (["--chd=/tmp"], 0, "flagperf sets --chdir itself"),
-    (["--job-n=j"], 0, "flagperf sets --job-name itself"),
-    (["--part=gpu"], 0, "flagperf sets --partition itself"),
-    (["--par=gpu"], 0, "--par is ambiguous: sbatch reads it as one of --parsable, --partition"),
-    (["--tasks=1"], 0, "flagperf sets --tasks-per-node itself"),
-    (["--ntasks-per-n", "2"], 0, "flagperf sets --ntasks-per-node itself"),
-    (["-Qp", "gpu"], 0, "flagperf sets -p itself"),
-    (["-Qpgpu"], 0, "flagperf sets -p itself"),
-    (["-JN"], 0, "flagperf sets -J itself"),
-    (["--test"], 0, "with --test-only sbatch only tests the job and submits nothing"),
-    (["--vers"], 0, "with --version sbatch prints its version"),
-    (["evil.sh"], 0, "not an option: sbatch would take this word as the batch script"),
-    (["--exclusive=user", "--constraint", "h100", "x"], 0, "flagperf sets --exclusive itself"),
-    (["--constraint", "h100", "x"], 2, "not an option: sbatch would take this word as the batch script"),
-    (["--mem", "4G", "--begin", "now", ":"], 4, "not an option"),
-    (["--reservation=r", "--"], 1, "ends sbatch's options"),
-    (["--comment"], 0, "--comment needs a value (--comment=VALUE)"),
-    (["-c"], 0, "-c needs a value"),
-    (["--contiguous=yes"], 0, "--contiguous takes no value"),
-    (["--no-such=1"], 0, "--no-such is not an sbatch option"),
-    (["-Z"], 0, "-Z is not an sbatch option"),
-])
+# sbatch words | the index of the first word at fault | how its problem starts
+SBATCH_WORDS = """
+--outp=x                             | 0 | flagperf sets --output itself
+--chd=/tmp                           | 0 | flagperf sets --chdir itself
+--job-n=j                            | 0 | flagperf sets --job-name itself
+--part=gpu                           | 0 | flagperf sets --partition itself
+--par=gpu                            | 0 | --par is ambiguous: sbatch reads it as one of --parsable, --partition
+--tasks=1                            | 0 | flagperf sets --tasks-per-node itself
+--ntasks-per-n 2                     | 0 | flagperf sets --ntasks-per-node itself
+-Qp gpu                              | 0 | flagperf sets -p itself
+-Qpgpu                               | 0 | flagperf sets -p itself
+-JN                                  | 0 | flagperf sets -J itself
+--test                               | 0 | with --test-only sbatch only tests the job and submits nothing
+--vers                               | 0 | with --version sbatch prints its version
+evil.sh                              | 0 | not an option: sbatch would take this word as the batch script
+--exclusive=user --constraint h100 x | 0 | flagperf sets --exclusive itself
+--constraint h100 x                  | 2 | not an option: sbatch would take this word as the batch script
+--mem 4G --begin now :               | 4 | not an option
+--reservation=r --                   | 1 | ends sbatch's options
+--comment                            | 0 | --comment needs a value (--comment=VALUE)
+-c                                   | 0 | -c needs a value
+--contiguous=yes                     | 0 | --contiguous takes no value
+--no-such=1                          | 0 | --no-such is not an sbatch option
+-Z                                   | 0 | -Z is not an sbatch option
+"""
+
+
+def _rows(table):
+    """(words, index, problem) for each line of a ``words | index | problem`` table."""
+    rows = []
+    for line in table.strip().splitlines():
+        words, index, problem = (part.strip() for part in line.split("|"))
+        rows.append((words.split(), int(index), problem))
+    return rows
+
+
+@pytest.mark.parametrize("words, index, problem", _rows(SBATCH_WORDS))
 def test_slurm_args_are_read_as_sbatch_reads_them(words, index, problem):
     from flagperf.options.slurm import sbatch_args_problems
     found = sbatch_args_problems(words)
