@@ -2,23 +2,50 @@
 driver's benchmark folders (flagperf.catalog) and touches no host.
 
 Where a case's folder is on a host: flagperf's own benchmarks under ``<FLAGPERF_PATH>/benchmarks/<model>/``;
-a case from CASE_PATHS under ``<FLAGPERF_PATH>/cases/<model>/`` (deploy sends it there), except on a
+a case from CASE_PATHS under ``<FLAGPERF_PATH>/cases/<model>/`` (deploy sends it there), and a FlagPerf
+training case under ``<FLAGPERF_PATH>/cases/<tree>-<hash>/`` in the training tree's own layout (its launcher,
+``utils/``, ``benchmarks/<model>/``, ``benchmarks/driver/`` and ``<vendor>/<model>-<framework>/``), except on a
 ``localhost`` whose FLAGPERF_PATH is the driver's own tree, where nothing is deployed and the case runs from
-its own folder.
+its own folder. ``cases/`` is ignored by flagperf's own checkout (.gitignore), for a FLAGPERF_PATH that is the
+driver's checkout seen from another host (a shared file system).
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from flagperf.catalog import (DEFAULT_RANK_COMMAND, LAUNCH_NODE, LAUNCH_RANKS, CaseSource, find_case,
-                              substitute)
+from flagperf.catalog import LAUNCH_NODE, TRAINING_SCRIPT, CaseSource, find_case_of, substitute
 from flagperf.errors import ConfigError
-from flagperf_contract import CASE_CONFIG_FILE
+from flagperf_contract import CASE_CONFIG_FILE, ENV_PREPARE_LOG
 
 CASES_DIR = "cases"         # <FLAGPERF_PATH>/cases/<model>/: the CASE_PATHS folders a run uses, as deployed
+SOURCE_ENV_LOG = "source_env.log.txt"   # FlagPerf's name: the output of sourcing environment_variables.sh
+PREPARE_FAILED_EXIT = 90            # the node command's exit status when the case's preparation failed
+
+# FlagPerf's preparation of a training case (its prepare_in_container.py), then its launch (run.py's start
+# command): with the case's environment_variables.sh sourced, pip-install its requirements.txt (from PIP_SOURCE
+# when set) and build and install its csrc/ extension (setup.py install, in a scratch folder), all logged to
+# env_prepare.log; then source the env file in this shell (output to source_env.log.txt, FlagPerf's name) and
+# exec the launcher. Arguments: env file, requirements, csrc folder, package index, node dir, python, launcher
+# argv... (an empty string: none).
+TRAINING_PREPARE_AND_START = " ".join([
+    'env_file=$1; req=$2; csrc=$3; index=$4; node=$5; py=$6; shift 6;',
+    '( echo "# FlagPerf case preparation (requirements, extension), package index: ${index:-the default}";',
+    'if [ -n "$env_file" ]; then echo "\\$ . $env_file"; . "$env_file"; fi;',  # as FlagPerf: `source env; pip`
+    'if [ -n "$req" ]; then echo "\\$ $py -m pip install -r $req${index:+ -i $index}";',
+    '"$py" -m pip install --disable-pip-version-check -r "$req" ${index:+-i "$index"} || exit 1; fi;',
+    'if [ -n "$csrc" ]; then scratch=$(mktemp -d); trap \'rm -rf "$scratch"\' EXIT;',
+    'echo "\\$ (cd $scratch && EXTENSION_SOURCE_DIR=$csrc $py $csrc/setup.py install)";',
+    'export EXTENSION_SOURCE_DIR="$csrc"; cd "$scratch" && "$py" "$csrc/setup.py" install || exit 1; fi',
+    f') >>"$node/{ENV_PREPARE_LOG}" 2>&1',
+    f'|| {{ echo "FlagPerf case preparation failed: see $node/{ENV_PREPARE_LOG}" >&2; exit {PREPARE_FAILED_EXIT}; }};',
+    f'if [ -n "$env_file" ]; then . "$env_file" >"$node/{SOURCE_ENV_LOG}" 2>&1 ||',
+    f'{{ echo "sourcing $env_file failed: see $node/{SOURCE_ENV_LOG}" >&2; exit {PREPARE_FAILED_EXIT}; }}; fi;',
+    'exec "$@"',
+])
 
 
 @dataclass(frozen=True)
@@ -39,6 +66,10 @@ def base_mode_of(config) -> str | None:
     return mode.lower() if mode else None
 
 
+def model_sources_of(config) -> tuple:
+    return tuple(getattr(config.test, "model_sources", ()))
+
+
 _cache: dict = {}
 
 
@@ -54,19 +85,20 @@ def _stamp(config, model: str) -> tuple:
 
 
 def case_source(config, case) -> CaseSource:
-    """The case's folder and launch mode (flagperf.catalog.find_case). A model with no folder anywhere falls back
-    to ``benchmarks/<model>/main.py`` of the tree (the config check reports it); a bad benchmark.yaml raises
-    ConfigError."""
-    key = (str(config.source_root), case_paths_of(config), case.model, config.vendor.name, case.hw,
-           base_mode_of(config), _stamp(config, case.model))
+    """The case's folder and launch mode (flagperf.catalog.find_case). A case with no folder anywhere, a folder
+    with nothing runnable, an ambiguous model or a bad benchmark.yaml raises ConfigError saying what was looked
+    for (the config check reports the same at load time)."""
+    key = (str(config.source_root), case_paths_of(config), case.model, case.framework, case.framework_full,
+           config.vendor.name, case.hw, case.nnodes, case.nproc, getattr(case, "each", False), base_mode_of(config),
+           model_sources_of(config), _stamp(config, case.model))
     if key not in _cache:
-        src, problems = find_case(config.source_root, case_paths_of(config), case.model, config.vendor.name,
-                                  case.hw, base_mode_of(config))
+        src, problems = find_case_of(config.source_root, case_paths_of(config), config.vendor.name, case,
+                                     base_mode_of(config), dict(model_sources_of(config)))
         if problems:
             raise ConfigError(problems)
         if src is None:
-            root = config.source_root / "benchmarks" / case.model
-            src = CaseSource(case.model, root, root, LAUNCH_RANKS, DEFAULT_RANK_COMMAND, "main.py")
+            raise ConfigError(f"CASES[{case.key!r}]: model {case.model!r} has no benchmark "
+                              f"({config.source_root / 'benchmarks' / case.model} or a CASE_PATHS folder)")
         if len(_cache) > 256:
             _cache.clear()
         _cache[key] = src
@@ -85,9 +117,22 @@ def runs_in_place(host, config) -> bool:
     return not needs_deploy(host, config.source_root)
 
 
+def tree_dir(src: CaseSource) -> str:
+    """``cases/<tree>-<hash>``: where a FlagPerf training tree goes under FLAGPERF_PATH (named after the tree's
+    folder and its path on the driver, so that two trees never share one)."""
+    assert src.training is not None
+    tree = src.training.tree
+    return f"{CASES_DIR}/{tree.name}-{hashlib.sha256(str(tree).encode()).hexdigest()[:8]}"
+
+
 def case_root_on_host(src: CaseSource, host, config) -> PurePosixPath:
+    """Where the case's folder is on the host (a training case: the training tree's root)."""
     if not src.external:
         return PurePosixPath(host.flagperf_path) / "benchmarks" / src.model
+    if src.training is not None:
+        if runs_in_place(host, config):
+            return PurePosixPath(src.training.tree)
+        return PurePosixPath(host.flagperf_path) / tree_dir(src)
     if runs_in_place(host, config):
         return PurePosixPath(src.root)
     return PurePosixPath(host.flagperf_path) / CASES_DIR / src.model
@@ -97,13 +142,14 @@ def in_place_mounts(config, case, host) -> tuple:
     """Folders a container must mount (same path inside) so that an in-place CASE_PATHS case is visible."""
     src = case_source(config, case)
     if src.external and runs_in_place(host, config):
-        return (str(src.case_path),)
+        return (str(src.training.tree if src.training is not None else src.case_path),)
     return ()
 
 
 def deploy_folders(config) -> tuple:
     """((local folder, path relative to FLAGPERF_PATH), ...): every CASE_PATHS folder the run's cases use, with
-    the folders beside it that they need (FlagPerf's drivers/), each once."""
+    the folders beside it that they need (FlagPerf's drivers/; a training tree's launcher, utils/, driver/ and
+    vendor folder), each once."""
     out: dict = {}
     for case in config.test.cases:
         try:
@@ -112,6 +158,10 @@ def deploy_folders(config) -> tuple:
             continue        # reported when the config was loaded
         if not src.external:
             continue
+        if src.training is not None:
+            for rel in src.training.support:
+                out.setdefault(f"{tree_dir(src)}/{rel}", src.training.tree / rel)
+            continue
         out.setdefault(f"{CASES_DIR}/{src.model}", src.root)
         for name in src.support:
             out.setdefault(f"{CASES_DIR}/{name}", Path(str(src.case_path)) / name)
@@ -119,22 +169,82 @@ def deploy_folders(config) -> tuple:
 
 
 def node_command(config, case, host, *, python: str, node_rank: int, node_dir: str, master_addr: str,
-                 master_port: int, base_env: dict) -> NodeCommand:
+                 master_port: int, base_env: dict, hosts=(), round_index: int = 1) -> NodeCommand:
     """The node's argv, working directory and extra environment. Placeholders (docs/benchmarks.md) are filled
-    here, so that launch.json and --dry-run hold the exact command."""
+    here, so that launch.json and --dry-run hold the exact command. ``hosts``: the addresses of the case's nodes
+    (node 0 first); ``round_index``: the round, from 1."""
     src = case_source(config, case)
     case_dir = case_root_on_host(src, host, config)
     if src.subdir:
         case_dir = case_dir / src.subdir
+    hosts = list(hosts) or [host.address]
     values = {
         "master_addr": master_addr, "master_port": str(master_port), "node_rank": str(node_rank),
         "nnodes": str(case.nnodes), "nproc": str(case.nproc), "world_size": str(case.nnodes * case.nproc),
         "data_dir": case.data_dir or "", "result_dir": node_dir, "vendor": config.vendor.name, "chip": case.hw,
         "config_file": f"{node_dir}/{CASE_CONFIG_FILE}", "case_dir": str(case_dir), "python": python,
-        "framework": case.framework_full or case.framework,
+        "framework": case.framework_full or case.framework, "hosts": ",".join(hosts), "host_addr": host.address,
+        "hosts_ports": "", "round": str(round_index), "case_key": case.key,
     }
     env = {}
     if src.mode == LAUNCH_NODE:
         env = {"NODERANK": str(node_rank), "NPROC_PER_NODE": str(case.nproc),
                "FLAGPERF_CASE_DIR": str(case_dir)}
+    if src.training is not None:
+        argv = training_argv(config, case, src, case_dir, values)
+        return NodeCommand(src.mode, argv, str(case_dir), {**base_env, **env}, src)
     return NodeCommand(src.mode, substitute(src.command, values), str(case_dir), {**base_env, **env}, src)
+
+
+def training_argv(config, case, src: CaseSource, tree, values: dict) -> list:
+    """FlagPerf's start command for a training case on one node: its preparation and env file (when the case has
+    any), then ``start_<framework>_task.py`` with the arguments FlagPerf's run.py gives it. ``--log_dir``,
+    ``--case_name``, ``--round`` and ``--host_addr`` are chosen so that the launcher's own log folder
+    (``<log_dir>/<case_name>/round<k>/<host_addr>_noderank<i>/``) is this node's directory."""
+    tc = src.training
+    assert tc is not None
+    node = PurePosixPath(values["result_dir"])
+    on_host = lambda path: str(PurePosixPath(tree) / tc.rel(path)) if path is not None else ""  # noqa: E731
+    argv = [values["python"], on_host(tc.launcher), "--vendor", values["vendor"], "--case_name", node.parents[1].name,
+            "--model_name", src.model, "--train_script", TRAINING_SCRIPT, "--nnodes", values["nnodes"],
+            "--nproc", values["nproc"], "--hosts", values["hosts"], "--hosts_ports", values["hosts_ports"]]
+    if case.data_dir:
+        argv += ["--data_dir", case.data_dir]
+    argv += ["--log_dir", str(node.parents[2]), "--log_level", config.test.log_level,
+             "--extern_config_file", tc.config_file, "--enable_extern_config",
+             "--master_port", values["master_port"], "--round", node.parent.name[len("round"):]]
+    if config.test.visible_devices_env:
+        argv += ["--visible_dev_env", config.test.visible_devices_env]
+    argv += ["--master_addr", values["master_addr"], "--node_rank", values["node_rank"],
+             "--host_addr", node.name.rsplit("_noderank", 1)[0]]
+    if tc.env_file is None and tc.requirements is None and tc.extension is None:
+        return argv
+    return ["bash", "-c", TRAINING_PREPARE_AND_START, "flagperf-training", on_host(tc.env_file),
+            on_host(tc.requirements), on_host(tc.extension), config.test.pip_source or "", str(node),
+            values["python"], *argv]
+
+
+def prepares_itself(src: CaseSource) -> bool:
+    """True for a case whose node command does its own environment preparation (a FlagPerf training case):
+    a container then starts the node launcher without flagperf's generic preparation."""
+    return src.training is not None
+
+
+def training_notes(src: CaseSource, config, case) -> list:
+    """What --dry-run says about a FlagPerf training case besides its command: launcher, vendor config,
+    preparation, env file and image."""
+    tc = src.training
+    if tc is None:
+        return []
+    notes = [f"FlagPerf training case: launcher {tc.launcher}, train script {tc.model_dir / TRAINING_SCRIPT}, "
+             f"vendor config {tc.vendor_dir / 'config' / tc.config_file}",
+             "preparation before every round (logged to env_prepare.log): "
+             + ("; ".join(x for x in (f"pip install -r {tc.requirements}" if tc.requirements else "",
+                                      f"{tc.extension}/setup.py install" if tc.extension else "") if x) or "none"),
+             f"env file (sourced in the launcher's shell, output to {SOURCE_ENV_LOG}): {tc.env_file or 'none'}"]
+    if config.test.runtime in config.cluster.options.container_runtimes:
+        notes.append(f"image: {tc.image_folder}" if tc.image_folder else
+                     f"image: the vendor image (no {tc.tree / config.vendor.name / 'docker_image'}/"
+                     f"{case.framework_full or case.framework}/Dockerfile)")
+    return notes
+

@@ -8,7 +8,15 @@ folder in order. How it starts (docs/benchmarks.md, "Launch modes"):
 - a FlagPerf toolkit, ``<model>/<vendor>/<chip>/main.sh``: ``bash main.sh`` in that chip folder, once per node;
 - a FlagPerf base benchmark (base mode "benchmark", a CASE_PATHS folder): ``main.py`` under torchrun, per node;
 - ``main.py``: one process per rank (flagperf's own benchmarks);
-- only ``main.sh``: ``bash main.sh`` once per node.
+- only ``main.sh``: ``bash main.sh`` once per node;
+- a FlagPerf training tree (a CASE_PATHS folder, or a FlagPerf test config's FLAGPERF_PATH, that holds
+  ``run_benchmarks/<framework>/start_<framework>_task.py`` and ``benchmarks/``): ``model:framework`` is
+  ``benchmarks/<model>/<framework>/`` with ``<vendor>/<model>-<framework>/config/config_<hw>x<nnodes>x<nproc>.py``,
+  started once per node by FlagPerf's own launcher with FlagPerf's arguments (:class:`TrainingCase`).
+
+A model that is a benchmark of flagperf's tree and also of a CASE_PATHS folder is ambiguous unless the test
+config's MODEL_SOURCES says which (``flagperf`` or ``case_paths``); a model found nowhere, or a folder with
+nothing runnable, is a load-time problem saying what was looked for.
 
 Pure look-ups of the driver's files; nothing here touches a host.
 """
@@ -29,7 +37,8 @@ BENCHMARK_KEYS = ("launch", "command")
 MAX_COMMAND_ARGS = 4096
 # What a command's argv elements may name; plan.py substitutes them for every node (docs/benchmarks.md).
 PLACEHOLDERS = ("master_addr", "master_port", "node_rank", "nnodes", "nproc", "world_size", "data_dir",
-                "result_dir", "vendor", "chip", "config_file", "case_dir", "python", "framework")
+                "result_dir", "vendor", "chip", "config_file", "case_dir", "python", "framework", "hosts",
+                "host_addr", "hosts_ports", "round", "case_key")
 # Every rank of a `ranks` benchmark without its own command: flagperf's benchmark contract.
 DEFAULT_RANK_COMMAND = ("{python}", "-u", "{case_dir}/main.py", "--case-config", "{config_file}",
                         "--data-dir", "{data_dir}", "--result-dir", "{result_dir}")
@@ -40,6 +49,12 @@ BASE_BENCHMARK_COMMAND = ("{python}", "-m", "torch.distributed.run", "--nnodes={
                           "main.py", "--vendor={vendor}/{chip}", "--node_size={nproc}")
 SHELL_COMMAND = ("bash", "main.sh")
 BASE_SUPPORT_DIRS = ("drivers",)    # FlagPerf base benchmarks import drivers/ from their parent folder
+SOURCE_FLAGPERF, SOURCE_CASE_PATHS = "flagperf", "case_paths"     # MODEL_SOURCES values
+MODEL_SOURCE_VALUES = (SOURCE_FLAGPERF, SOURCE_CASE_PATHS)
+# A FlagPerf training tree (training/ of FlagPerf): its launchers, rank scripts and vendor adaptations.
+TRAINING_LAUNCHERS = "run_benchmarks"
+TRAINING_SCRIPT = "run_pretraining.py"          # FlagPerf's run.py passes --train_script run_pretraining.py
+TRAINING_SUPPORT = ("utils", "benchmarks/driver")   # what every launcher and rank script imports besides its case
 
 
 @dataclass(frozen=True)
@@ -54,6 +69,7 @@ class CaseSource:
     kind: str                       # main.py, benchmark.yaml, main.sh, toolkit, base-benchmark
     case_path: Path | None = None   # the CASE_PATHS folder it came from; None: flagperf's own tree
     support: tuple = ()             # folders beside root that the command needs too (names in case_path)
+    training: "TrainingCase | None" = None  # a FlagPerf training case: launcher, vendor config, preparation
 
     @property
     def external(self) -> bool:
@@ -64,6 +80,106 @@ class CaseSource:
         """``folder`` relative to ``root`` (``""`` or ``<vendor>/<chip>``), POSIX style."""
         rel = self.folder.relative_to(self.root)
         return "" if str(rel) == "." else rel.as_posix()
+
+
+@dataclass(frozen=True)
+class TrainingCase:
+    """A case of a FlagPerf training tree, as FlagPerf's ``run.py`` would start it. Paths are on the driver;
+    ``rel`` gives each one relative to the tree (the layout deploy keeps on the hosts)."""
+
+    tree: Path                      # FlagPerf's training/ folder
+    framework: str                  # the launcher's name: the case key's framework before its '_'
+    launcher: Path                  # run_benchmarks/<framework>/start_<framework>_task.py
+    model_dir: Path                 # benchmarks/<model>/<framework>/ (holds run_pretraining.py)
+    vendor_dir: Path                # <vendor>/<model>-<framework>/
+    config_file: str                # config_<hw>x<nnodes>x<nproc>.py, in vendor_dir/config/
+    requirements: Path | None       # vendor_dir/config/requirements.txt: installed before every round
+    env_file: Path | None           # vendor_dir/config/environment_variables.sh: sourced in the launcher's shell
+    extension: Path | None          # vendor_dir/csrc/ (setup.py): built and installed before every round
+    image_folder: Path | None       # <vendor>/docker_image/<framework as written>/ with a Dockerfile
+
+    def rel(self, path: Path) -> str:
+        return Path(path).relative_to(self.tree).as_posix()
+
+    @property
+    def support(self) -> tuple:
+        """Folders of the tree the case needs on a host, relative to the tree, each once."""
+        out = [self.rel(self.launcher.parent), *(d for d in TRAINING_SUPPORT if (self.tree / d).is_dir()),
+               self.rel(self.model_dir.parent), self.rel(self.vendor_dir)]
+        return tuple(dict.fromkeys(out))
+
+
+def training_tree(folder) -> Path | None:
+    """The FlagPerf training tree ``folder`` is, or whose ``benchmarks/`` it is; None if neither."""
+    folder = Path(folder)
+    for tree in (folder, folder.parent) if folder.name == "benchmarks" else (folder,):
+        if (tree / "benchmarks").is_dir() and training_frameworks(tree):
+            return tree
+    return None
+
+
+def training_frameworks(tree: Path) -> list:
+    """The frameworks a training tree has a launcher for (run_benchmarks/<fw>/start_<fw>_task.py)."""
+    launchers = Path(tree) / TRAINING_LAUNCHERS
+    if not launchers.is_dir():
+        return []
+    return sorted(p.name for p in launchers.iterdir()
+                  if p.is_dir() and (p / f"start_{p.name}_task.py").is_file())
+
+
+def training_models(tree: Path) -> list:
+    """Models of a training tree: benchmarks/<model>/ folders with a folder for one of its frameworks."""
+    fws = training_frameworks(tree)
+    bench = Path(tree) / "benchmarks"
+    return sorted(p.name for p in bench.iterdir() if p.is_dir() and any((p / fw).is_dir() for fw in fws))
+
+
+def _listing(paths, limit: int = 8) -> str:
+    names = sorted(paths)
+    return ", ".join(names[:limit]) + (", ..." if len(names) > limit else "") if names else "none"
+
+
+def find_training_case(tree: Path, model: str, vendor: str, framework: str, framework_full: str, hw: str,
+                       nnodes: int, nproc) -> tuple:
+    """(TrainingCase or None, problems): what FlagPerf's run.py checks before it starts a case, each missing
+    piece named with the path that was looked for."""
+    tree = Path(tree)
+    problems = []
+    fws = training_frameworks(tree)
+    launcher = tree / TRAINING_LAUNCHERS / framework / f"start_{framework}_task.py"
+    if framework not in fws:
+        problems.append(f"FlagPerf training tree {tree} has no launcher {launcher} (launchers there: "
+                        f"{_listing(fws)})")
+    model_dir = tree / "benchmarks" / model / framework
+    if not model_dir.is_dir():
+        have = [p.name for p in (tree / "benchmarks" / model).iterdir() if p.is_dir()]
+        problems.append(f"FlagPerf training tree {tree} has no {model_dir} (frameworks of {model} there: "
+                        f"{_listing(have)})")
+    elif not (model_dir / TRAINING_SCRIPT).is_file():
+        problems.append(f"FlagPerf training case {model_dir} has no {TRAINING_SCRIPT}")
+    vendor_dir = tree / vendor / f"{model}-{framework}"
+    if nproc is None:
+        problems.append(f"nproc 'auto' is not possible for a FlagPerf training case: its vendor config is named "
+                        f"config_<hw>x<nnodes>x<nproc>.py (configs in {vendor_dir / 'config'}: "
+                        f"{_listing(p.name for p in (vendor_dir / 'config').glob('config_*.py'))})")
+        config_file = ""
+    else:
+        config_file = f"config_{hw}x{nnodes}x{nproc}.py"
+        if not (vendor_dir / "config" / config_file).is_file():
+            have = [p.name for p in (vendor_dir / "config").glob("config_*x*x*.py")] \
+                if (vendor_dir / "config").is_dir() else []
+            problems.append(f"FlagPerf training case has no vendor config {vendor_dir / 'config' / config_file} "
+                            f"(configs there: {_listing(have)})")
+    if problems:
+        return None, problems
+    cfg = vendor_dir / "config"
+    image = tree / vendor / "docker_image" / framework_full
+    return TrainingCase(
+        tree, framework, launcher, model_dir, vendor_dir, config_file,
+        requirements=cfg / "requirements.txt" if (cfg / "requirements.txt").is_file() else None,
+        env_file=cfg / "environment_variables.sh" if (cfg / "environment_variables.sh").is_file() else None,
+        extension=vendor_dir / "csrc" if (vendor_dir / "csrc" / "setup.py").is_file() else None,
+        image_folder=image if (image / "Dockerfile").is_file() else None), []
 
 
 def _is_benchmark_folder(folder: Path) -> bool:
@@ -77,7 +193,12 @@ def benchmark_names(root: Path, case_paths=()) -> list:
     bench = Path(root) / "benchmarks"
     names = {p.name for p in bench.iterdir() if p.is_dir() and _is_benchmark_folder(p)} if bench.is_dir() else set()
     for folder in case_paths:
-        names.update(p.name for p in Path(folder).iterdir() if p.is_dir() and not p.name.startswith("."))
+        tree = training_tree(folder)
+        if tree is not None:
+            names.update(training_models(tree))
+        else:
+            names.update(p.name for p in Path(folder).iterdir() if p.is_dir() and not p.name.startswith(".")
+                         and (_is_benchmark_folder(p) or any(p.glob("*/main.sh"))))
     return sorted(names)
 
 
@@ -153,60 +274,107 @@ def load_benchmark_yaml(path: Path) -> tuple:
     return (mode, command), []
 
 
-def find_case(source_root: Path, case_paths, model: str, vendor: str, hw: str, base_mode: str | None = None) -> tuple:
-    """(CaseSource or None, problems) of a case: flagperf's ``benchmarks/<model>/`` first, then each CASE_PATHS
-    folder's ``<model>/``. ``base_mode`` "benchmark" starts a CASE_PATHS ``main.py`` under torchrun per node
-    (FlagPerf base benchmarks). None with no problem: no folder of that name is a benchmark."""
-    candidates: list[tuple[Path, Path | None]] = [(Path(source_root) / "benchmarks" / model, None)]
-    candidates += [(Path(cp) / model, Path(cp)) for cp in case_paths]
-    missing_toolkit = []
-    for root, case_path in candidates:
-        if not root.is_dir():
-            continue
-        spec = root / BENCHMARK_FILE
-        if spec.exists():
-            launch, problems = load_benchmark_yaml(spec)
-            if problems:
-                return None, problems
-            mode, command = launch
-            if mode == LAUNCH_RANKS and not command:
-                command = DEFAULT_RANK_COMMAND
-            return CaseSource(model, root, root, mode, command, "benchmark.yaml", case_path), []
-        chip = root / vendor / hw
-        if (chip / "main.sh").is_file():
-            return CaseSource(model, root, chip, LAUNCH_NODE, SHELL_COMMAND, "toolkit", case_path), []
-        if (root / vendor / "main.sh").is_file():      # FlagPerf's layout without a chip folder
-            return CaseSource(model, root, root / vendor, LAUNCH_NODE, SHELL_COMMAND, "toolkit", case_path), []
-        if (root / "main.py").is_file():
-            if base_mode == "benchmark" and case_path is not None:
-                support = tuple(d for d in BASE_SUPPORT_DIRS if (case_path / d).is_dir())
-                return CaseSource(model, root, root, LAUNCH_NODE, BASE_BENCHMARK_COMMAND, "base-benchmark",
-                                  case_path, support), []
-            return CaseSource(model, root, root, LAUNCH_RANKS, DEFAULT_RANK_COMMAND, "main.py", case_path), []
-        if (root / "main.sh").is_file():
-            return CaseSource(model, root, root, LAUNCH_NODE, SHELL_COMMAND, "main.sh", case_path), []
-        chips = sorted(p.parent.relative_to(root).as_posix() for p in root.glob("*/*/main.sh") if p.is_file())
-        if chips:
-            missing_toolkit.append(f"{root} has no {vendor}/{hw}/main.sh (toolkits there: {', '.join(chips[:8])}"
-                                   f"{', ...' if len(chips) > 8 else ''})")
-    if missing_toolkit:
-        return None, [f"model {model!r}: " + "; ".join(missing_toolkit)]
-    return None, []
+def _folder_case(root: Path, case_path: Path | None, vendor: str, hw: str, base_mode: str | None) -> tuple:
+    """(CaseSource or None, problems) of one benchmark folder (flagperf's or a CASE_PATHS one)."""
+    spec = root / BENCHMARK_FILE
+    if spec.exists():
+        launch, problems = load_benchmark_yaml(spec)
+        if problems:
+            return None, problems
+        mode, command = launch
+        if mode == LAUNCH_RANKS and not command:
+            command = DEFAULT_RANK_COMMAND
+        return CaseSource(root.name, root, root, mode, command, "benchmark.yaml", case_path), []
+    chip = root / vendor / hw
+    if (chip / "main.sh").is_file():
+        return CaseSource(root.name, root, chip, LAUNCH_NODE, SHELL_COMMAND, "toolkit", case_path), []
+    if (root / vendor / "main.sh").is_file():      # FlagPerf's layout without a chip folder
+        return CaseSource(root.name, root, root / vendor, LAUNCH_NODE, SHELL_COMMAND, "toolkit", case_path), []
+    if (root / "main.py").is_file():
+        if base_mode == "benchmark" and case_path is not None:
+            support = tuple(d for d in BASE_SUPPORT_DIRS if (case_path / d).is_dir())
+            return CaseSource(root.name, root, root, LAUNCH_NODE, BASE_BENCHMARK_COMMAND, "base-benchmark",
+                              case_path, support), []
+        return CaseSource(root.name, root, root, LAUNCH_RANKS, DEFAULT_RANK_COMMAND, "main.py", case_path), []
+    if (root / "main.sh").is_file():
+        return CaseSource(root.name, root, root, LAUNCH_NODE, SHELL_COMMAND, "main.sh", case_path), []
+    chips = sorted(p.parent.relative_to(root).as_posix() for p in root.glob("*/*/main.sh") if p.is_file())
+    if chips:
+        return None, [f"model {root.name!r}: {root} has no {vendor}/{hw}/main.sh (toolkits there: "
+                      f"{_listing(chips)})"]
+    return None, [f"model {root.name!r}: {root} has nothing runnable (looked for {BENCHMARK_FILE}, main.py, "
+                  f"main.sh, {vendor}/{hw}/main.sh)"]
 
 
-def case_problems(config_path, source_root: Path, case_paths, vendor: str, cases, base_mode: str | None) -> list:
-    """Config-load check of every case's folder: a bad benchmark.yaml (file, line, key) or a toolkit without the
-    vendor/chip folder; one line each."""
+def _claims(case_path: Path, model: str) -> bool:
+    """True when a CASE_PATHS folder has a case ``model``: a benchmark folder (main.py, benchmark.yaml, main.sh,
+    toolkits) or, in a training tree, benchmarks/<model>/."""
+    tree = training_tree(case_path)
+    if tree is not None:
+        return (tree / "benchmarks" / model).is_dir()
+    folder = case_path / model
+    return folder.is_dir() and (_is_benchmark_folder(folder) or any(folder.glob("*/main.sh")))
+
+
+def find_case(source_root: Path, case_paths, model: str, vendor: str, hw: str, base_mode: str | None = None, *,
+              framework: str | None = None, framework_full: str | None = None, nnodes: int = 1, nproc=1,
+              prefer: str | None = None) -> tuple:
+    """(CaseSource or None, problems) of a case: flagperf's ``benchmarks/<model>/`` or the first CASE_PATHS
+    folder that has ``<model>/`` (a training tree: ``benchmarks/<model>/``). A model that is both is ambiguous
+    unless ``prefer`` (MODEL_SOURCES) says ``flagperf`` or ``case_paths``. ``base_mode`` "benchmark" starts a
+    CASE_PATHS ``main.py`` under torchrun per node (FlagPerf base benchmarks). None with no problem: no folder
+    of that name anywhere."""
+    own = Path(source_root) / "benchmarks" / model
+    own_is = own.is_dir() and _is_benchmark_folder(own)
+    external = next((Path(cp) for cp in case_paths if _claims(Path(cp), model)), None)
+    if own_is and external is not None and prefer is None:
+        return None, [f"model {model!r} is both flagperf's benchmark {own} and a case of the CASE_PATHS folder "
+                      f"{external}: say which in the test config's MODEL_SOURCES ({{{model}: {SOURCE_FLAGPERF}}} or "
+                      f"{{{model}: {SOURCE_CASE_PATHS}}})"]
+    if prefer == SOURCE_FLAGPERF or (prefer is None and external is None):
+        if own.is_dir():
+            return _folder_case(own, None, vendor, hw, base_mode)
+        empty = next((Path(cp) / model for cp in case_paths if (Path(cp) / model).is_dir()), None)
+        return _folder_case(empty, Path(empty.parent), vendor, hw, base_mode) if empty else (None, [])
+    if external is None:
+        return None, [f"model {model!r}: MODEL_SOURCES says {SOURCE_CASE_PATHS}, but no CASE_PATHS folder has it "
+                      f"({', '.join(str(p) for p in case_paths) or 'CASE_PATHS is empty'})"]
+    tree = training_tree(external)
+    if tree is None:
+        return _folder_case(external / model, external, vendor, hw, base_mode)
+    fw = framework or ""
+    training, problems = find_training_case(tree, model, vendor, fw, framework_full or fw, hw, nnodes, nproc)
+    if problems:
+        return None, [f"model {model!r}: {p}" for p in problems]
+    assert training is not None
+    root = tree / "benchmarks" / model
+    return CaseSource(model, root, root, LAUNCH_NODE, (), "flagperf-training", tree, training.support,
+                      training), []
+
+
+def find_case_of(source_root: Path, case_paths, vendor: str, case, base_mode: str | None = None,
+                 model_sources=None) -> tuple:
+    """find_case for a CaseSpec (its model, framework, hw and shape; an ``each`` case is one node per job)."""
+    return find_case(source_root, tuple(str(p) for p in case_paths), case.model, vendor, case.hw,
+                     base_mode.lower() if base_mode else None, framework=case.framework,
+                     framework_full=case.framework_full or case.framework,
+                     nnodes=1 if getattr(case, "each", False) else case.nnodes, nproc=case.nproc,
+                     prefer=(model_sources or {}).get(case.model))
+
+
+def case_problems(config_path, source_root: Path, case_paths, vendor: str, cases, base_mode: str | None,
+                  model_sources=None) -> list:
+    """Config-load check of every case's folder: a bad benchmark.yaml (file, line, key), a toolkit without the
+    vendor/chip folder, a FlagPerf training case without its launcher or vendor config, an ambiguous model;
+    one line each."""
     problems: list = []
-    seen = set()
+    seen: dict = {}
     for case in cases:
-        key = (case.model, case.hw)
-        if key in seen:
-            continue
-        seen.add(key)
-        _src, found = find_case(source_root, tuple(str(p) for p in case_paths), case.model, vendor, case.hw,
-                                base_mode.lower() if base_mode else None)
-        for p in found:     # benchmark.yaml problems name that file; the others are about the case
+        key = (case.model, case.framework, case.framework_full, case.hw, case.nnodes, case.nproc,
+               getattr(case, "each", False))
+        if key not in seen:
+            seen[key] = find_case_of(source_root, case_paths, vendor, case, base_mode, model_sources)[1]
+        for p in seen[key]:     # benchmark.yaml problems name that file; the others are about the case
             p = f"{config_path}: CASES[{case.key!r}]: {p}" if p.startswith("model ") else p
             if p not in problems:
                 problems.append(p)

@@ -14,7 +14,8 @@ from pathlib import Path
 
 from flagperf.options import all_cluster_keys, backend_names, load_options, registration
 from flagperf.options.base import COLLECT_MAX_BYTES, LOCALHOST, BackendOptions, HostSpec
-from flagperf.catalog import benchmark_names, case_problems
+from flagperf.catalog import (MODEL_SOURCE_VALUES, benchmark_names, case_problems, find_case_of, training_frameworks,
+                              training_tree)
 from flagperf.checker import Checker, close_key, is_, reason, resolve
 from flagperf.container_opts import merge, translate_container_opt
 from flagperf.errors import ConfigError
@@ -35,7 +36,7 @@ TEST_KEYS = (
     "VENDOR", "RUNTIME", "FLAGPERF_PATH", "FLAGPERF_LOG_PATH", "FLAGPERF_LOG_LEVEL", "SHM_SIZE",
     "CLEAR_CACHES", "ACCE_CONTAINER_OPT", "ACCE_VISIBLE_DEVICE_ENV_NAME", "PIP_SOURCE", "CLUSTER", "CASES",
     "MONITOR_INTERVAL", "CASE_TIMEOUT", "DOCKER_BUILD_ARGS", "EXTRA_CA_BUNDLE", "COLLECT_MAX_BYTES",
-    "REFERENCES", "MONITOR_FORMAT", "CASE_PATHS", "BENCHMARKS_OR_TOOLKITS", "NPROC_PER_NODE",
+    "REFERENCES", "MONITOR_FORMAT", "CASE_PATHS", "BENCHMARKS_OR_TOOLKITS", "NPROC_PER_NODE", "MODEL_SOURCES",
 )
 # Cluster keys of every scheduler; each backend adds its own (its registration's cluster_keys) after HOSTS.
 COMMON_CLUSTER_KEYS = ("SCHEDULER", "HOSTS", "MASTER_PORT", "PYTHON")
@@ -159,6 +160,11 @@ class TestConfig:
     monitor_format: str = "native"      # MONITOR_FORMAT: native, or flagperf (FlagPerf's monitor files too)
     case_paths: tuple = ()              # CASE_PATHS: folders of case code besides the tree's benchmarks/
     base_mode: str | None = None        # a FlagPerf base config: "benchmark" or "toolkit" (BENCHMARKS_OR_TOOLKITS)
+    model_sources: tuple = ()           # MODEL_SOURCES: ((model, "flagperf" | "case_paths"), ...)
+
+    @property
+    def model_source_map(self) -> dict:
+        return dict(self.model_sources)
 
 
 @dataclass(frozen=True)
@@ -195,6 +201,7 @@ class Config:
             "REFERENCES": t.references if t.references is not None else [r.path for r in self.references],
             "CASE_PATHS": list(t.case_paths),
             "BENCHMARKS_OR_TOOLKITS": t.base_mode.upper() if t.base_mode else None,
+            "MODEL_SOURCES": dict(t.model_sources),
             "CLUSTER": str(c.path) if c.path else None,
             "CASES": {case.key: case.image_dir if t.base_mode else case.data_dir for case in t.cases},
             "cluster": {
@@ -215,11 +222,33 @@ def load_config(test_path, cluster_override=None, *, source_root: Path = SOURCE_
     if config is not None and not problems:     # each case's folder: benchmark.yaml, toolkit vendor/chip folders
         t = config.test
         problems.extend(case_problems(t.path, config.source_root, t.case_paths, config.vendor.name, t.cases,
-                                      t.base_mode))
+                                      t.base_mode, t.model_source_map))
     if problems:
         raise ConfigError([one_line(p) for p in problems])
     assert config is not None
-    return config
+    return _with_preparation_warnings(config)
+
+
+def _with_preparation_warnings(config: Config) -> Config:
+    """A FlagPerf training case prepares its environment before every round (pip install of its requirements.txt,
+    its csrc/ extension); outside a container that installs into the host's Python environment: say so."""
+    t = config.test
+    if t.runtime in config.cluster.options.container_runtimes:
+        return config
+    extra = []
+    for case in t.cases:
+        src, _ = find_case_of(config.source_root, t.case_paths, config.vendor.name, case, t.base_mode,
+                              t.model_source_map)
+        tc = src.training if src is not None else None
+        if tc is None or (tc.requirements is None and tc.extension is None):
+            continue
+        what = " and ".join(x for x in (f"pip-installs {tc.requirements}" if tc.requirements else "",
+                                        f"builds and installs {tc.extension}" if tc.extension else "") if x)
+        line = (f"{t.path}: CASES[{case.key!r}]: RUNTIME {t.runtime}: FlagPerf's preparation {what} into the "
+                f"Python environment of each host (its PYTHON) before every round, as FlagPerf does in its container")
+        if line not in extra:
+            extra.append(line)
+    return replace(config, warnings=config.warnings + tuple(one_line(w) for w in extra)) if extra else config
 
 
 def _cli_path(value, what) -> Path:
@@ -253,6 +282,7 @@ def _load_config(test_path, cluster_override, problems, source_root, detect) -> 
     runtime = _runtime_of(ck, data, cluster)
     base_mode = _base_mode(ck, data)
     case_paths = _case_paths(ck, data)
+    model_sources = _model_sources(ck, data)
     if is_python_config(test_path) or "BENCHMARKS_OR_TOOLKITS" in data or combined:
         # FlagPerf's FLAGPERF_PATH is the user's FlagPerf checkout: its cases, not flagperf's deploy path.
         flagperf_path = str(source_root)
@@ -284,7 +314,7 @@ def _load_config(test_path, cluster_override, problems, source_root, detect) -> 
     test = TestConfig(path=test_path, vendor=vendor_name, vendor_reason=reason, runtime=runtime,
                       flagperf_path=flagperf_path, acce_container_opt=container_opt, visible_devices_env=visible_env,
                       cases=tuple(cases), references=references, case_paths=tuple(case_paths), base_mode=base_mode,
-                      **settings)
+                      model_sources=model_sources, **settings)
     assert cluster is not None and vendor is not None      # else a problem was reported above
     hosts = cluster.options.plan_hosts(cases, flagperf_path)
     if not cluster.hosts:       # a scheduler's nodes: placeholders until it allocates them
@@ -474,7 +504,8 @@ def _load_cases(ck: Checker, data, cluster, vendor, source_root, case_paths=()) 
                                    f"host:container), got {resolved!r} from {data_dir!r}", label)
             continue
         _check_model(ck, cases_map, key, label, case.model, known, source_root, case_paths)
-        if vendor is not None and case.framework not in vendor.frameworks:
+        if vendor is not None and case.framework not in vendor.frameworks and \
+                not _training_framework(case_paths, case.model, case.framework):
             suffix = f" (from {case.framework_full!r})" if case.framework_full != case.framework else ""
             ck.add(cases_map, key, f"framework {case.framework!r}{suffix} is not provided by vendor "
                                    f"{vendor.name!r}; expected one of: {', '.join(vendor.frameworks)}", label)
@@ -500,14 +531,30 @@ def _load_cases(ck: Checker, data, cluster, vendor, source_root, case_paths=()) 
     return cases
 
 
+def _training_framework(case_paths, model: str, framework: str) -> bool:
+    """True when a FlagPerf training tree of CASE_PATHS has ``model`` and a launcher for ``framework``: the tree
+    provides that framework, whatever the vendor profile lists."""
+    for folder in case_paths:
+        tree = training_tree(folder)
+        if tree is not None and (tree / "benchmarks" / model).is_dir():
+            return framework in training_frameworks(tree)
+    return False
+
+
 def _check_model(ck: Checker, mapping, key, label, model: str, known, source_root, case_paths) -> None:
     if model in known:
         return
     bench = source_root / "benchmarks" / model
-    where_ = f"{bench}/main.py" + "".join(f" or {Path(p) / model}/" for p in case_paths[:3]) + \
-        (" or ..." if len(case_paths) > 3 else "")
+    if bench.is_dir() or any((Path(p) / model).is_dir() for p in case_paths):
+        return      # a folder without anything runnable: the case check says what it looked for
+    looked = [f"{bench}/main.py"]
+    for p in case_paths[:3]:
+        tree = training_tree(p)
+        looked.append(f"{tree / 'benchmarks' / model}/<framework>/" if tree is not None else f"{Path(p) / model}/")
+    where_ = " or ".join(looked) + (" or ..." if len(case_paths) > 3 else "")
     close = difflib.get_close_matches(model, known, n=1)
-    hint = f"did you mean {close[0]}?" if close else f"known: {', '.join(known)}"
+    hint = f"did you mean {close[0]}?" if close else \
+        f"known: {', '.join(known[:24])}{', ...' if len(known) > 24 else ''}"
     ck.add(mapping, key, f"model {model!r} has no benchmark ({where_}); {hint}", label)
 
 
@@ -548,6 +595,25 @@ def _case_paths(ck: Checker, data) -> list:
     return out
 
 
+def _model_sources(ck: Checker, data) -> tuple:
+    """MODEL_SOURCES: which tree a model that is in both flagperf's benchmarks/ and a CASE_PATHS folder runs from."""
+    value = data.get("MODEL_SOURCES")
+    if value is None:
+        return ()
+    if not isinstance(value, dict):
+        ck.add(data, "MODEL_SOURCES", f"expected a mapping of model names to {' or '.join(MODEL_SOURCE_VALUES)}, "
+                                      f"got {type(value).__name__} {value!r:.80}")
+        return ()
+    out = []
+    for model, where_from in value.items():
+        if not isinstance(model, str) or where_from not in MODEL_SOURCE_VALUES:
+            ck.add(value, model, f"expected {' or '.join(MODEL_SOURCE_VALUES)} (flagperf's own benchmarks/, or the "
+                                 f"CASE_PATHS folders), got {where_from!r:.80}", f"MODEL_SOURCES[{model!r}]")
+            continue
+        out.append((model, where_from))
+    return tuple(out)
+
+
 def _flagperf_checkout(ck: Checker, data, base_mode) -> list:
     """FlagPerf's FLAGPERF_PATH (a training/, base/, ... checkout) as a CASE_PATHS folder: its benchmarks/ (or
     toolkits/ for a TOOLKIT base config). flagperf's own FLAGPERF_PATH then keeps its default."""
@@ -562,8 +628,13 @@ def _flagperf_checkout(ck: Checker, data, base_mode) -> list:
                                       f"this machine); point FLAGPERF_PATH at your FlagPerf {kind} checkout, or "
                                       f"remove it")
         return []
-    ck.warn(data, "FLAGPERF_PATH", f"a FlagPerf {kind} folder: its {sub}/ ({folder}) is used as a CASE_PATHS "
-                                   f"folder; flagperf deploys its own tree to its default FLAGPERF_PATH")
+    if training_tree(folder) is not None and base_mode is None:
+        ck.warn(data, "FLAGPERF_PATH", f"a FlagPerf training tree: its cases ({folder}) run with its own launchers "
+                                       f"(run_benchmarks/), as a CASE_PATHS folder; flagperf deploys its own tree to "
+                                       f"its default FLAGPERF_PATH")
+    else:
+        ck.warn(data, "FLAGPERF_PATH", f"a FlagPerf {kind} folder: its {sub}/ ({folder}) is used as a CASE_PATHS "
+                                       f"folder; flagperf deploys its own tree to its default FLAGPERF_PATH")
     return [str(folder)]
 
 

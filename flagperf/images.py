@@ -16,7 +16,10 @@ import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from flagperf.caselaunch import case_source
+
 CA_FILE = "extra-ca.crt"
+FLAGPERF_IMAGE_DIR = "/workspace/docker_image"      # where FlagPerf's image manager mounts the image folder
 
 
 def is_timeout(exc: BaseException) -> bool:
@@ -51,6 +54,7 @@ class ImageSpec:
     folder: Path
     build_args: tuple          # ((name, value), ...)
     ca_bundle: Path | None
+    install_script: str | None = None   # FlagPerf's <framework>_install.sh: run in the image after its Dockerfile
 
     @property
     def repository(self) -> str:
@@ -66,6 +70,7 @@ class ImageSpec:
             h.update(rel.encode() + b"\0")
             h.update(path.read_bytes() + b"\0")
         h.update(json.dumps(sorted(self.build_args)).encode())
+        h.update(f"install:{self.install_script}".encode() if self.install_script else b"")
         return h.hexdigest()
 
     def _files(self):
@@ -75,11 +80,28 @@ class ImageSpec:
             files.append((CA_FILE, self.ca_bundle))
         return files
 
+    def dockerfile(self) -> str:
+        """The Dockerfile built. A FlagPerf framework image folder's ``<framework>_install.sh`` runs after the
+        folder's own Dockerfile, with the folder at /workspace/docker_image, as FlagPerf's image manager runs it
+        (there in a container that it commits; here as the build's last step)."""
+        text = (self.folder / "Dockerfile").read_text(encoding="utf-8")
+        if not self.install_script:
+            return text
+        return (text.rstrip("\n") + "\n# flagperf: FlagPerf's install step\n"
+                f"COPY . {FLAGPERF_IMAGE_DIR}\n"
+                f"RUN bash {FLAGPERF_IMAGE_DIR}/{self.install_script}\n")
+
     def context(self) -> io.BytesIO:
         """The build context as an uncompressed tar in memory (the folder is small)."""
         buf = io.BytesIO()
         with tarfile.open(fileobj=buf, mode="w") as tar:
             for rel, path in self._files():
+                if rel == "Dockerfile" and self.install_script:
+                    data = self.dockerfile().encode()
+                    info = tarfile.TarInfo(rel)
+                    info.size, info.mode = len(data), 0o644
+                    tar.addfile(info, io.BytesIO(data))
+                    continue
                 tar.add(str(path), arcname=rel, recursive=False)
             if self.ca_bundle is None:     # the Dockerfile may COPY it: give an empty one
                 info = tarfile.TarInfo(CA_FILE)
@@ -88,8 +110,18 @@ class ImageSpec:
         return buf
 
 
-def image_spec(config, framework: str) -> ImageSpec:
+def image_spec(config, case) -> ImageSpec:
+    """The image a case runs in: a FlagPerf training case's ``<vendor>/docker_image/<framework>/`` where its tree
+    has one, else the vendor's ``vendors/<vendor>/<framework>/`` (a training framework the vendor has no folder
+    for: the vendor's first framework's image)."""
+    framework = case.framework
+    training = case_source(config, case).training
     folder = config.source_root / "vendors" / config.vendor.name / framework
+    if training is not None and training.image_folder is not None:
+        folder, framework = training.image_folder, case.framework_full or case.framework
+    elif training is not None and not (folder / "Dockerfile").is_file() and config.vendor.frameworks:
+        framework = config.vendor.frameworks[0]
+        folder = config.source_root / "vendors" / config.vendor.name / framework
     if not (folder / "Dockerfile").is_file():
         raise ImageError(f"no Dockerfile for vendor {config.vendor.name!r} and framework {framework!r} "
                          f"({folder / 'Dockerfile'})")
@@ -98,7 +130,9 @@ def image_spec(config, framework: str) -> ImageSpec:
     if t.pip_source:
         args.setdefault("PIP_INDEX_URL", t.pip_source)
     ca = Path(t.extra_ca_bundle) if t.extra_ca_bundle else None
-    return ImageSpec(config.vendor.name, framework, folder, tuple(sorted(args.items())), ca)
+    install = f"{framework}_install.sh" if training is not None and (folder / f"{framework}_install.sh").is_file() \
+        else None
+    return ImageSpec(config.vendor.name, framework, folder, tuple(sorted(args.items())), ca, install)
 
 
 def ensure_image(client, spec: ImageSpec, log_path: Path, nocache: bool = False,

@@ -15,17 +15,25 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from flagperf.options.base import HostSpec
-from flagperf.caselaunch import case_source, in_place_mounts, node_command
+from flagperf.caselaunch import case_source, in_place_mounts, node_command, prepares_itself, training_notes
 from flagperf.config import CaseSpec, Config
 from flagperf.containers import (LABEL_CASE, LABEL_NODE, LABEL_ROUND, LABEL_RUN, PREPARE_AND_LAUNCH, ContainerRun,
                                  container_name, container_run)
 from flagperf.errors import ConfigError
 from flagperf.images import ImageError, image_spec
-from flagperf.yamlio import load_yaml_file
+from flagperf.vendors import ENV_NAME
+from flagperf.yamlio import load_yaml_file, one_line, where
 from flagperf_contract import CASE_CONFIG_FILE, LAUNCH_FILE, MONITOR_OUTPUT, LaunchSpec
 
 CONTAINER_PYTHON = "python3"
 CPU_AUTO_NPROC = 2          # nproc "auto" on a vendor without accelerators
+CASE_ENV_KEY = "env"        # case-config key: {NAME: "value"} set in every rank's environment (docs/benchmarks.md)
+# Names flagperf sets for the ranks itself (with the vendor's visible-devices variable and every FLAGPERF_* name):
+# a case's env may not set them.
+OWNED_ENV = ("MASTER_ADDR", "MASTER_PORT", "NNODES", "NODE_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "RANK",
+             "LOCAL_RANK", "NODERANK", "NPROC_PER_NODE", "PYTHONUNBUFFERED")
+OWNED_ENV_PREFIX = "FLAGPERF_"
+CASE_ENV_VALUE_MAX = 32768  # characters of one value
 
 
 @dataclass(frozen=True)
@@ -72,10 +80,17 @@ class CasePlan:
     rounds: tuple
     timeout_s: float = 7200.0   # CASE_TIMEOUT: how long each round may run
     run_dir: Path | None = None     # the run directory on the driver (a case's image build logs go under it)
+    notes: tuple = ()       # how the case starts, besides its commands (a FlagPerf training case's preparation)
 
     @property
     def hosts(self) -> tuple:
         return tuple(n.host for n in self.rounds[0].nodes) if self.rounds else ()
+
+    @property
+    def env(self) -> dict:
+        """The variables the case's configuration sets for every rank (its ``env`` key), {} if none."""
+        nodes = self.rounds[0].nodes if self.rounds else ()
+        return dict(nodes[0].case_config.get(CASE_ENV_KEY) or {}) if nodes else {}
 
 
 @dataclass(frozen=True)
@@ -126,13 +141,15 @@ def merged_case_config(config: Config, case: CaseSpec) -> tuple:
     """(config dict, files used): benchmark defaults, then vendor, hardware and scale overrides."""
     root = config.source_root
     vdir = root / "vendors" / config.vendor.name / case.model
+    src = case_source(config, case)
     candidates = [
-        case_source(config, case).root / "case_config.yaml",    # benchmarks/<model>/ or a CASE_PATHS folder
+        src.root / "case_config.yaml",    # benchmarks/<model>/ or a CASE_PATHS folder
         vdir / "case_config.yaml",
         vdir / f"config_{case.hw}.yaml",
         vdir / f"config_{case.hw}x{1 if case.each else case.nnodes}x{case.nproc}.yaml",   # each: 1 node per job
-    ]
+    ] if src.training is None else []     # a FlagPerf training case reads its own vendor config
     merged: dict = {}
+    env: dict | None = None
     used, problems = [], []
     for path in candidates:
         if not path.is_file():
@@ -147,6 +164,12 @@ def merged_case_config(config: Config, case: CaseSpec) -> tuple:
         else:
             merged.update(data)
             used.append(path)
+            if CASE_ENV_KEY in data:        # merged name by name, later files winning
+                file_env, errs = case_env(path, data, config.test.visible_devices_env)
+                problems.extend(errs)
+                env = {**(env or {}), **file_env}
+    if env is not None:
+        merged[CASE_ENV_KEY] = env
     peaks = config.vendor.peaks
     if peaks is not None:
         data, errs = load_yaml_file(peaks)
@@ -161,6 +184,46 @@ def merged_case_config(config: Config, case: CaseSpec) -> tuple:
     if case.each:
         merged["each"] = True
     return merged, tuple(used)
+
+
+def case_env(path, data: dict, visible_devices_env: str | None = None) -> tuple:
+    """({name: value}, problems) of the ``env`` key of one case-config file: a mapping of environment variable
+    names to strings (null: none), none of them a name flagperf sets itself. Each problem is one line naming the
+    file, its line and the key."""
+    raw = data.get(CASE_ENV_KEY)
+    if raw is None:
+        return {}, []
+    if not isinstance(raw, dict):
+        return {}, [f"{where(path, data, CASE_ENV_KEY)}: {CASE_ENV_KEY}: expected a mapping of environment variable "
+                    f"names to strings (NCCL_ALGO: Ring), got {type(raw).__name__}"]
+    owned = OWNED_ENV + ((visible_devices_env,) if visible_devices_env else ())
+    env, problems = {}, []
+    for name, value in raw.items():
+        at = f"{where(path, raw, name)}: {CASE_ENV_KEY}.{name}"
+        if not (isinstance(name, str) and ENV_NAME.fullmatch(name)):
+            problems.append(one_line(f"{where(path, raw, name)}: {CASE_ENV_KEY}: {name!r}: expected an environment "
+                                     f"variable name (letters, digits and _, not starting with a digit)"))
+        elif name in owned or name.startswith(OWNED_ENV_PREFIX):
+            problems.append(f"{at}: flagperf sets this variable itself ({', '.join(owned)} and every "
+                            f"{OWNED_ENV_PREFIX}* name); expected another name")
+        elif not isinstance(value, str):
+            got = "null" if value is None else f"{type(value).__name__} {value!r}"
+            problems.append(one_line(f"{at}: expected a string, got {got} (write numbers and yes/no in quotes, "
+                                     f"\"1\", so that they reach the ranks as written)"))
+        elif not value.isprintable() or len(value) > CASE_ENV_VALUE_MAX:
+            problems.append(one_line(f"{at}: expected a string of at most {CASE_ENV_VALUE_MAX} printable "
+                                     f"characters (no line break, tab or control character), got {value[:60]!r}"))
+        else:
+            env[name] = value
+    return env, problems
+
+
+def _with_case_env(env: dict, case_cfg: dict) -> dict:
+    """The ranks' environment: flagperf's ``env``, then the case config's ``env`` (validated: never one of
+    flagperf's names; should one be there all the same, flagperf's value stays)."""
+    out = dict(env)
+    out.update((k, v) for k, v in (case_cfg.get(CASE_ENV_KEY) or {}).items() if k not in env)
+    return out
 
 
 def resolve_nproc(config: Config, case: CaseSpec, accelerators: dict | None) -> tuple:
@@ -209,7 +272,8 @@ def build_plan(config: Config, run_id: str | None = None, accelerators: dict | N
                 nodes = [_node(config, case, name, k, case_cfg, host, node_rank, master, run_id, round_rel, run_dir)
                          for node_rank, host in enumerate(config.cluster.hosts[:case.nnodes])]
             rounds.append(RoundPlan(k, run_dir / name / f"round{k}", tuple(nodes)))
-        cases.append(CasePlan(case, name, files, tuple(rounds), t.case_timeout, run_dir))
+        how = tuple(training_notes(case_source(config, case), config, case))
+        cases.append(CasePlan(case, name, files, tuple(rounds), t.case_timeout, run_dir, how))
     return Plan(run_id, run_dir, config, tuple(cases), tuple(notes))
 
 
@@ -267,14 +331,16 @@ def _node(config, case, case_name, round_index, case_cfg, host, node_rank, maste
         "FLAGPERF_FRAMEWORK": case.framework_full or case.framework,     # as written: pytorch_2.0
     }
     # what starts: every rank's argv, or one command per node (benchmark.yaml, main.sh, toolkits, torchrun)
+    hosts = (host,) if case.nnodes == 1 else config.cluster.hosts[:case.nnodes]
     cmd = node_command(config, case, host, python=python, node_rank=node_rank, node_dir=node_dir,
-                       master_addr=master_addr, master_port=port, base_env=env)
+                       master_addr=master_addr, master_port=port, base_env=env,
+                       hosts=[h.address for h in hosts], round_index=round_index)
     slot = node_rank if slot is None else slot      # each: the job's index, so that names never clash
     cname = container_name(run_id, case_name, round_index, slot) if in_container else None
     launch = LaunchSpec(
         case=case.key, case_name=case_name, framework=case.framework, round=round_index, node_rank=node_rank,
         nnodes=case.nnodes, nproc=case.nproc, ranks=list(ranks), argv=cmd.argv, mode=cmd.mode,
-        cwd=cmd.cwd, env=cmd.env, out_dir=node_dir,
+        cwd=cmd.cwd, env=_with_case_env(cmd.env, case_cfg), out_dir=node_dir,
         env_defaults=dict(vendor.rank_env), visible_devices_env=t.visible_devices_env,
         visible_devices=",".join(str(i) for i in range(case.nproc)), data_dir=case.data_dir, grace_s=10.0,
         container_name=cname)
@@ -295,7 +361,7 @@ def _node(config, case, case_name, round_index, case_cfg, host, node_rank, maste
 def _container(config, case, host, launch, launcher_argv, node_dir, run_id, case_name, round_index, node_rank,
                name) -> ContainerRun:
     try:
-        image = image_spec(config, case.framework)
+        image = image_spec(config, case)
     except ImageError as exc:
         raise ConfigError(str(exc)) from None
     run_dir_on_host = str(PurePosixPath(node_dir).parents[2])
@@ -303,7 +369,8 @@ def _container(config, case, host, launch, launcher_argv, node_dir, run_id, case
                                     *in_place_mounts(config, case, host)) if p]
     return container_run(
         config.container, name=name, image=image.tag, image_folder=str(image.folder),
-        command=("sh", "-c", PREPARE_AND_LAUNCH, "flagperf-prepare", launch.cwd, node_dir, *launcher_argv),
+        command=tuple(launcher_argv) if prepares_itself(case_source(config, case)) else
+        ("sh", "-c", PREPARE_AND_LAUNCH, "flagperf-prepare", launch.cwd, node_dir, *launcher_argv),
         workdir=launch.cwd, extra_mounts=extra, shm_size_default=config.test.shm_size,
         extra_env=(("PIP_INDEX_URL", config.test.pip_source),) if config.test.pip_source else (),
         labels=((LABEL_RUN, run_id), (LABEL_CASE, case_name), (LABEL_ROUND, str(round_index)),

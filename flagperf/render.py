@@ -35,6 +35,7 @@ def plan_lines(plan, backend=None) -> list:
             f"rendezvous; a host failing does not stop the others)"
         out.append(f"case {case.name}  [{c.key}]  {shape}, {c.repeat} round(s), data: {c.data_dir or '-'}")
         out.append(f"  case config: {', '.join(str(p) for p in case.config_files) or '-'}")
+        out += [f"  {n}" for n in case.notes]
         for rnd in case.rounds:
             out.append(f"  round {rnd.index}: {rnd.local_dir}")
             for node in rnd.nodes:

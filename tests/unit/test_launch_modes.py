@@ -86,8 +86,25 @@ def test_every_kind_of_folder(tree, tmp_path):
     assert (src.mode, src.kind, src.command, src.support, src.case_path) == \
         ("node", "base-benchmark", BASE_BENCHMARK_COMMAND, ("drivers",), ext)
     assert find_case(tree, [ext], "nothing", "cpu", "local") == (None, [])
-    assert {"yamlnode", "yamlranks", "shonly", "kit", "gemm", "basecase", "drivers"} <= \
-        set(benchmark_names(tree, [ext]))
+    names = set(benchmark_names(tree, [ext]))
+    assert {"yamlnode", "yamlranks", "shonly", "kit", "gemm", "basecase"} <= names
+    assert "drivers" not in names               # a folder with nothing runnable is no model
+    src, problems = find_case(tree, [ext], "drivers", "cpu", "local")
+    assert src is None and problems == [f"model 'drivers': {ext / 'drivers'} has nothing runnable (looked for "
+                                        f"benchmark.yaml, main.py, main.sh, cpu/local/main.sh)"]
+
+
+def test_a_model_in_both_trees_is_ambiguous_until_model_sources_says(tree, tmp_path):
+    ext = tmp_path / "ext"
+    (ext / "gemm").mkdir(parents=True)
+    (ext / "gemm" / "main.sh").write_text("echo theirs\n")
+    src, problems = find_case(tree, [ext], "gemm", "cpu", "local")
+    assert src is None and len(problems) == 1 and "is both flagperf's benchmark" in problems[0] \
+        and "MODEL_SOURCES ({gemm: flagperf} or {gemm: case_paths})" in problems[0]
+    src, problems = find_case(tree, [ext], "gemm", "cpu", "local", prefer="flagperf")
+    assert problems == [] and not src.external and src.kind == "main.py"
+    src, problems = find_case(tree, [ext], "gemm", "cpu", "local", prefer="case_paths")
+    assert problems == [] and src.external and src.kind == "main.sh" and src.root == ext / "gemm"
 
 
 def test_a_toolkit_without_this_vendor_and_chip(tree):
@@ -157,7 +174,8 @@ def test_bad_benchmark_yaml_is_a_config_error_at_load(tmp_path, write, tree):
     assert err.value.problems == [
         f"{yaml_path}:2: command: '{{rank}}': unknown placeholder {{rank}}; known: {{master_addr}}, {{master_port}}, "
         f"{{node_rank}}, {{nnodes}}, {{nproc}}, {{world_size}}, {{data_dir}}, {{result_dir}}, {{vendor}}, {{chip}}, "
-        f"{{config_file}}, {{case_dir}}, {{python}}, {{framework}}",
+        f"{{config_file}}, {{case_dir}}, {{python}}, {{framework}}, {{hosts}}, {{host_addr}}, {{hosts_ports}}, "
+        f"{{round}}, {{case_key}}",
         f"{test_path}: CASES['kit:pytorch:local:1:1:1']: model 'kit': {tree}/benchmarks/kit has no cpu/local/main.sh "
         f"(toolkits there: nvidia/H100)"]
 
@@ -220,7 +238,7 @@ def test_case_paths_placement(tmp_path):
     (ext / "computation-FP32").mkdir(parents=True)
     (ext / "computation-FP32" / "main.py").write_text("")
     (ext / "drivers").mkdir()
-    case = SimpleNamespace(model="computation-FP32", hw="local", nnodes=2, nproc=4, data_dir=None,
+    case = SimpleNamespace(key="computation-FP32:pytorch_2.3:local:2:4:1", model="computation-FP32", hw="local", nnodes=2, nproc=4, data_dir=None,
                            framework="pytorch", framework_full="pytorch_2.3")
     cfg = fake_config(tmp_path, [case], [ext], base_mode="benchmark")
     remote = HostSpec("10.0.0.2", None, None, None, "python3", "/opt/fp")

@@ -83,7 +83,7 @@ def check_docker_line(line, cfg, plan):
     assert envs == ["FOO=bar"]
     labels = [argv[i + 1] for i, a in enumerate(argv) if a == "--label"]
     assert f"flagperf.run={RUN_ID}" in labels and "flagperf.node=0" in labels
-    tag = image_spec(cfg, "pytorch").tag
+    tag = image_spec(cfg, cfg.test.cases[0]).tag
     assert tag.startswith("flagperf/cpu-pytorch:") and node.container.image == tag
     i = argv.index(tag)
     assert argv[i - 2:i] == ["-w", node.launch.cwd]
