@@ -141,37 +141,33 @@ def _listing(paths, limit: int = 8) -> str:
 
 def find_training_case(tree: Path, model: str, vendor: str, framework: str, framework_full: str, hw: str,
                        nnodes: int, nproc) -> tuple:
-    """(TrainingCase or None, problems): what FlagPerf's run.py checks before it starts a case, each missing
-    piece named with the path that was looked for."""
+    """(TrainingCase or None, problems): what FlagPerf's run.py checks before it starts a case; the first missing
+    piece (launcher, then the model's framework folder, then the vendor config) is named with the path that was
+    looked for, one line."""
     tree = Path(tree)
-    problems = []
     fws = training_frameworks(tree)
     launcher = tree / TRAINING_LAUNCHERS / framework / f"start_{framework}_task.py"
     if framework not in fws:
-        problems.append(f"FlagPerf training tree {tree} has no launcher {launcher} (launchers there: "
-                        f"{_listing(fws)})")
+        return None, [f"FlagPerf training tree {tree} has no launcher {launcher} (launchers there: "
+                      f"{_listing(fws)})"]
     model_dir = tree / "benchmarks" / model / framework
     if not model_dir.is_dir():
-        have = [p.name for p in (tree / "benchmarks" / model).iterdir() if p.is_dir()]
-        problems.append(f"FlagPerf training tree {tree} has no {model_dir} (frameworks of {model} there: "
-                        f"{_listing(have)})")
-    elif not (model_dir / TRAINING_SCRIPT).is_file():
-        problems.append(f"FlagPerf training case {model_dir} has no {TRAINING_SCRIPT}")
+        have = [p.name for p in (tree / "benchmarks" / model).iterdir() if p.is_dir()] \
+            if (tree / "benchmarks" / model).is_dir() else []
+        return None, [f"FlagPerf training tree {tree} has no {model_dir} (frameworks of {model} there: "
+                      f"{_listing(have)})"]
+    if not (model_dir / TRAINING_SCRIPT).is_file():
+        return None, [f"FlagPerf training case {model_dir} has no {TRAINING_SCRIPT}"]
     vendor_dir = tree / vendor / f"{model}-{framework}"
+    configs = [p.name for p in (vendor_dir / "config").glob("config_*x*x*.py")] \
+        if (vendor_dir / "config").is_dir() else []
     if nproc is None:
-        problems.append(f"nproc 'auto' is not possible for a FlagPerf training case: its vendor config is named "
-                        f"config_<hw>x<nnodes>x<nproc>.py (configs in {vendor_dir / 'config'}: "
-                        f"{_listing(p.name for p in (vendor_dir / 'config').glob('config_*.py'))})")
-        config_file = ""
-    else:
-        config_file = f"config_{hw}x{nnodes}x{nproc}.py"
-        if not (vendor_dir / "config" / config_file).is_file():
-            have = [p.name for p in (vendor_dir / "config").glob("config_*x*x*.py")] \
-                if (vendor_dir / "config").is_dir() else []
-            problems.append(f"FlagPerf training case has no vendor config {vendor_dir / 'config' / config_file} "
-                            f"(configs there: {_listing(have)})")
-    if problems:
-        return None, problems
+        return None, [f"nproc 'auto' is not possible for a FlagPerf training case: its vendor config is named "
+                      f"config_<hw>x<nnodes>x<nproc>.py (configs in {vendor_dir / 'config'}: {_listing(configs)})"]
+    config_file = f"config_{hw}x{nnodes}x{nproc}.py"
+    if not (vendor_dir / "config" / config_file).is_file():
+        return None, [f"FlagPerf training case has no vendor config {vendor_dir / 'config' / config_file} "
+                      f"(configs there: {_listing(configs)})"]
     cfg = vendor_dir / "config"
     image = tree / vendor / "docker_image" / framework_full
     return TrainingCase(
