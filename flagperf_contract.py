@@ -44,7 +44,8 @@ ENV_PREPARE_LOG = "env_prepare.log"     # pip install / environment_variables.sh
 MONITOR_STATUS_FILE = "monitor_status.json"
 MONITOR_LOG = "monitor.log"
 MONITOR_OUTPUT = "monitor.out.log"      # the monitor's stdout/stderr
-FLAGPERF_FORMAT_DIR = "flagperf_format"  # FlagPerf's monitor files (MONITOR_FORMAT: flagperf), beside the native ones
+NATIVE_MONITOR_DIR = "flagperf"         # flagperf's own monitor data files under MONITOR_FORMAT: flagperf (FlagPerf's
+                                        # files then take the node directory's top level, under FlagPerf's names)
 SYS_INFO_FILE = "sys_info.log"          # the host's OS, CPU, memory, accelerators and versions (monitor, at start)
 NODE_COMMAND_LOG = "node.out.log"       # stdout+stderr of a node command (launch mode "node")
 HOST_SENSORS = ("cpu", "mem", "pwr")    # every other <name>_monitor.log is the accelerator file of a vendor

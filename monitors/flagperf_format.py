@@ -1,11 +1,13 @@
-"""FlagPerf's monitor files, written beside flagperf's own when the monitor runs with ``--format flagperf``
+"""FlagPerf's monitor files, written in their places when the monitor runs with ``--format flagperf``
 (test-config key MONITOR_FORMAT). Standard library only; runs on the hosts.
 
-The files go to the node directory's ``flagperf_format/`` folder, named as FlagPerf names them, one sample per
-monitor tick (the same samples as the native files, FlagPerf's second-resolution timestamps):
+The files go where FlagPerf puts them, the node directory itself, under FlagPerf's names (flagperf's own files
+then go to its ``flagperf/`` folder, NATIVE_MONITOR_DIR), one sample per monitor tick (the same samples as the
+native files, FlagPerf's second-resolution timestamps):
 
     cpu_monitor.log, mem_monitor.log   <%Y-%m-%d-%H:%M:%S>\\t<fraction 0..1>
-    pwr_monitor.log                    <%Y-%m-%d-%H:%M:%S>\\t<whole-machine watts from ipmitool>
+    pwr_monitor.log                    <%Y-%m-%d-%H:%M:%S>\\t<whole-machine watts from ipmitool>, or one line
+                                       <%Y-%m-%d-%H:%M:%S>\\tnan when ipmitool gives no reading (EMPTY_POWER)
     <vendor>_monitor.log               a timestamp line, one line per accelerator, a blank line
 
 The accelerator lines follow the layout FlagPerf's reader for that vendor expects (``LAYOUTS``); every other
@@ -22,13 +24,17 @@ from datetime import datetime
 FLAGPERF_PATH = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if FLAGPERF_PATH not in sys.path:
     sys.path.insert(0, FLAGPERF_PATH)
-from flagperf_contract import FLAGPERF_FORMAT_DIR  # noqa: E402
 from monitors.accel import _cli  # noqa: E402
 
 STAMP = "%Y-%m-%d-%H:%M:%S"
 IPMI_MIN_INTERVAL_S = 5.0       # ipmitool asks the BMC, which answers in 0.1-2 s: never more often than this
 IPMI_TIMEOUT_S = 10.0
 IPMI_DIRS = ("/usr/bin", "/usr/sbin", "/usr/local/bin", "/usr/local/sbin")  # a non-login ssh PATH lacks sbin
+# pwr_monitor.log's value when no reading ever came. FlagPerf's own writer then writes the stamp and a tab with
+# nothing after it, which its reader (float of the text after the tab, less its last character) cannot parse,
+# and an empty file gives its summary an empty series, on which its numpy max fails; float("nan") parses and
+# numpy's mean, max and std give nan: no number, said as one, and no crash.
+EMPTY_POWER = "nan"
 
 # FlagPerf reads each vendor's file with its own parser (base/vendors/<vendor>/<vendor>_analysis.py); these
 # vendors' parsers expect another column layout than nvidia-smi's.
@@ -120,11 +126,15 @@ IPMI_QUERIES = ((("dcmi", "power", "reading"), parse_ipmi_dcmi), (("sdr", "list"
 
 class IpmiPower:
     """Whole-machine power through ipmitool, read in a thread of its own (the BMC can take seconds): DCMI's
-    instantaneous reading, else the largest Watts sensor of the SDR. The file is created on the first
-    reading; when ipmitool is missing or neither query gives watts, ``reason`` says why and nothing is written."""
+    instantaneous reading, else the largest Watts sensor of the SDR. The file is created at once (FlagPerf's
+    summary opens it whatever happened); when ipmitool is missing or neither query gives watts, ``reason`` says
+    why and the file gets one line with EMPTY_POWER, as it does when the monitor stops before any reading."""
 
     def __init__(self, path, interval, log, extra_dirs=None):
         self.path, self.log = path, log
+        self.f = open(path, "w")    # OSError: the caller's to report
+        self.write_lock = threading.Lock()
+        self.empty_written = False
         self.extra_dirs = IPMI_DIRS if extra_dirs is None else extra_dirs
         self.interval = max(float(interval), IPMI_MIN_INTERVAL_S)
         self.stop_event = threading.Event()
@@ -168,6 +178,7 @@ class IpmiPower:
         if exe is None:
             self.reason = "ipmitool not found (looked on PATH%s)" % (
                 " and in " + ", ".join(self.extra_dirs) if self.extra_dirs else "")
+            self._write_empty()
             return
         query, problems = None, []
         for args, parse in IPMI_QUERIES:
@@ -179,55 +190,75 @@ class IpmiPower:
         if query is None:
             stopped = self.stop_event.is_set()
             self.reason = "the monitor stopped before ipmitool answered" if stopped else "; ".join(problems)
+            self._write_empty()
             return
         self.source = "ipmitool " + " ".join(query[0])
-        try:
-            f = open(self.path, "w")
-        except OSError as e:
-            self.reason = "cannot write %s: %s" % (self.path, e)
-            return
-        with f:
-            while True:
-                if watts is not None:
-                    try:
-                        f.write("%s\t%s\n" % (stamp(datetime.now()), "%g" % watts))
-                        f.flush()
-                    except OSError as e:     # a full disk: the other files go on
-                        self.log.once("flagperf format: pwr: cannot write %s: %s" % (self.path, e))
-                        return
-                    self.samples += 1
-                if self.stop_event.wait(self.interval):
-                    return
-                watts, why = self._query(exe, *query)
-                if why is not None and why != "stopped":
-                    self.log.once("flagperf format: pwr: %s" % why)
+        while True:
+            if watts is not None and not self._write("%g" % watts):
+                return
+            if self.stop_event.wait(self.interval):
+                return
+            watts, why = self._query(exe, *query)
+            if why is not None and why != "stopped":
+                self.log.once("flagperf format: pwr: %s" % why)
+
+    def _write(self, value, empty=False):
+        """Append ``<stamp>\\t<value>``; False when the file is closed or cannot be written (a full disk: logged
+        once, the other files go on). A reading never follows the empty value, nor the empty value a reading."""
+        with self.write_lock:
+            if self.f.closed or self.empty_written or (empty and self.samples):
+                return False
+            try:
+                self.f.write("%s\t%s\n" % (stamp(datetime.now()), value))
+                self.f.flush()
+            except OSError as e:
+                self.reason = self.reason or "cannot write %s: %s" % (self.path, e)
+                self.log.once("flagperf format: pwr: cannot write %s: %s" % (self.path, e))
+                return False
+            if empty:
+                self.empty_written = True
+            else:
+                self.samples += 1
+            return True
+
+    def _write_empty(self):
+        """EMPTY_POWER, once, when no reading was written."""
+        self._write(EMPTY_POWER, empty=True)
 
     def stop(self):
+        """Stop the thread (ipmitool killed), write EMPTY_POWER if no reading came, close the file."""
         self.stop_event.set()
         with self.lock:
             if self.proc is not None and self.proc.poll() is None:
                 self.proc.kill()
         self.thread.join(1.0)
+        self._write_empty()
+        with self.write_lock:
+            self.f.close()
 
     def status(self):
-        """What monitor_status.json says of this file, under the pwr sensor."""
-        rel = FLAGPERF_FORMAT_DIR + "/" + os.path.basename(self.path)
-        if self.source is not None:
-            return {"flagperf_file": rel, "flagperf_source": self.source}
-        return {"flagperf_reason": self.reason or "the monitor stopped before ipmitool answered"}
+        """What monitor_status.json says of this file, under the pwr sensor: the file (relative to the node
+        directory), with the ipmitool query that gave its readings or why it holds no reading."""
+        out = {"flagperf_file": os.path.basename(self.path)}
+        if self.source is not None and self.samples:
+            out["flagperf_source"] = self.source
+        else:
+            out["flagperf_reason"] = self.reason or "the monitor stopped before ipmitool answered"
+        return out
 
 
 class FlagPerfFiles:
-    """The ``flagperf_format/`` files of one monitor: cpu, mem and the accelerator file from the monitor's
-    own samples, pwr from ipmitool (IpmiPower)."""
+    """FlagPerf's files of one monitor, at the top of its node directory ``out_dir``: cpu, mem and the
+    accelerator file from the monitor's own samples (for the sensors it has), pwr from ipmitool (IpmiPower;
+    always there)."""
 
     def __init__(self, out_dir, vendor, sensors, interval, log):
-        self.dir = os.path.join(out_dir, FLAGPERF_FORMAT_DIR)
+        self.dir = out_dir
         os.makedirs(self.dir, exist_ok=True)
         self.layout, self.log = layout_of(vendor), log
         names = {"cpu": "cpu_monitor.log", "mem": "mem_monitor.log", "gpu": "%s_monitor.log" % vendor}
         self.files = {name: open(os.path.join(self.dir, names[name]), "w") for name in names if name in sensors}
-        self.names = {name: FLAGPERF_FORMAT_DIR + "/" + names[name] for name in self.files}
+        self.names = {name: names[name] for name in self.files}
         self.ipmi = IpmiPower(os.path.join(self.dir, "pwr_monitor.log"), interval, log).start()
 
     def write(self, sensor, when, rows):

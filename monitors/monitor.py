@@ -12,9 +12,11 @@ sensor writes its own file in DIR, one line per sample:
     <ISO-8601 local time with ms and offset> key=value key=value ...
 
 Sensors that are missing get no data file; monitor_status.json says which sensors are available and why not.
-Diagnostics go to monitor.log. At start it writes sys_info.log (monitors/sysinfo.py); with --format flagperf it
-also writes FlagPerf's monitor files into DIR/flagperf_format/ (monitors/flagperf_format.py). Stops on
-SIGTERM/SIGINT, after --max-seconds, or when the parent process dies. File formats: docs/monitors.md.
+Diagnostics go to monitor.log. At start it writes sys_info.log (monitors/sysinfo.py). With --format flagperf
+FlagPerf's monitor files take FlagPerf's places in DIR, under FlagPerf's names and in its formats
+(monitors/flagperf_format.py), and the data files above go to DIR/flagperf/ (NATIVE_MONITOR_DIR) instead;
+monitor_status.json names where each is. Stops on SIGTERM/SIGINT, after --max-seconds, or when the parent
+process dies. File formats: docs/monitors.md.
 """
 import argparse
 import dataclasses
@@ -32,8 +34,9 @@ from datetime import datetime
 FLAGPERF_PATH = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if FLAGPERF_PATH not in sys.path:
     sys.path.insert(0, FLAGPERF_PATH)
-from flagperf_contract import (HOST_SENSORS, MONITOR_LOG, MONITOR_STATUS_FILE, SYS_INFO_FILE,  # noqa: E402
-                               MonitorStatus, SensorStatus, monitor_file_name, now_iso, write_json_atomic)
+from flagperf_contract import (HOST_SENSORS, MONITOR_LOG, MONITOR_STATUS_FILE, NATIVE_MONITOR_DIR,  # noqa: E402
+                               SYS_INFO_FILE, MonitorStatus, SensorStatus, monitor_file_name, now_iso,
+                               write_json_atomic)
 from monitors import flagperf_format, sysinfo  # noqa: E402
 
 MIB = 1024 * 1024
@@ -216,9 +219,10 @@ class Log:
             self(msg)
 
 
-def setup_sensors(gpu, vendor, log, root=None):
+def setup_sensors(gpu, vendor, log, root=None, data_dir=""):
     """-> ({name: (sensor, file name)} for available sensors, {name: SensorStatus} for all of cpu, mem, pwr, gpu).
-    ``gpu``: an accelerator plug-in of monitors/accel/ or "none"."""
+    ``gpu``: an accelerator plug-in of monitors/accel/ or "none". ``data_dir``: the folder of the node directory
+    the data files go to ("": the node directory itself); file names are relative to the node directory."""
     sensors, status = {}, {}
     if psutil is None:
         status["cpu"] = status["mem"] = SensorStatus(False, reason=PSUTIL_ERROR)
@@ -240,7 +244,8 @@ def setup_sensors(gpu, vendor, log, root=None):
             sensors["gpu"] = sampler
         else:
             status["gpu"] = SensorStatus(False, reason=reason, extra={"plugin": gpu, "vendor": vendor})
-    files = {name: (s, monitor_file_name(name, vendor)) for name, s in sensors.items()}
+    files = {name: (s, "/".join(filter(None, (data_dir, monitor_file_name(name, vendor)))))
+             for name, s in sensors.items()}
     for name, (s, fname) in files.items():
         extra = {k: v for k, v in s.status.items() if k not in ("available", "reason", "source", "file")}
         if name == "gpu":
@@ -346,7 +351,8 @@ def parse_args(argv):
     p.add_argument("--run-id")
     p.add_argument("--max-seconds", type=float, help="stop by itself after this many seconds")
     p.add_argument("--format", default="native", choices=FORMATS,
-                   help="native (default): flagperf's files; flagperf: FlagPerf's files in flagperf_format/ too")
+                   help="native (default): flagperf's files; flagperf: FlagPerf's files in DIR, flagperf's in "
+                        f"DIR/{NATIVE_MONITOR_DIR}/")
     args = p.parse_args(argv)
     if not (math.isfinite(args.interval) and MIN_INTERVAL_S <= args.interval):
         p.error(f"--interval must be a finite number of seconds >= {MIN_INTERVAL_S}, got {args.interval!r}")
@@ -370,8 +376,11 @@ def main(argv=None):
     signal.signal(signal.SIGINT, on_signal)
     args = parse_args(argv)
     os.makedirs(args.out_dir, exist_ok=True)
+    data_dir = NATIVE_MONITOR_DIR if args.format == "flagperf" else ""     # FlagPerf's files take the top level
+    if data_dir:
+        os.makedirs(os.path.join(args.out_dir, data_dir), exist_ok=True)
     log = Log(os.path.join(args.out_dir, MONITOR_LOG))
-    sensors, sensor_status = setup_sensors(args.gpu, args.vendor, log)  # primes cpu and RAPL counters
+    sensors, sensor_status = setup_sensors(args.gpu, args.vendor, log, data_dir=data_dir)  # primes cpu and RAPL
     primed = time.monotonic()
     status = MonitorStatus(pid=os.getpid(), interval_s=args.interval, started=now_iso(), sensors=sensor_status,
                            run_id=args.run_id)
@@ -407,8 +416,9 @@ def main(argv=None):
     cost_ms = round(mon.cost_s / mon.samples * 1000, 3) if mon.samples else None
     if fp_files is not None:
         status = dataclasses.replace(status, sensors=with_flagperf_files(status.sensors, fp_files, final=True))
-        if fp_files.ipmi.reason:
-            log(f"flagperf format: no pwr_monitor.log: {fp_files.ipmi.reason}")
+        if not fp_files.ipmi.samples:
+            log(f"flagperf format: no power reading in pwr_monitor.log ({flagperf_format.EMPTY_POWER}): "
+                f"{fp_files.ipmi.reason or 'the monitor stopped before ipmitool answered'}")
     write_json_atomic(status_path, dataclasses.replace(status, stopped=now_iso(), stop_reason=reason,
                                                        samples=mon.samples, sample_ms_mean=cost_ms).to_dict())
     log(f"stopped ({reason}) after {mon.samples} samples, mean sample cost {cost_ms} ms")

@@ -1,6 +1,8 @@
 """Parse the files written by monitors/monitor.py (pure stdlib). Formats: docs/monitors.md.
 
-Data line: `<ISO-8601 timestamp with offset> key=value key=value ...`, values plain ints or floats.
+Data line: `<ISO-8601 timestamp with offset> key=value key=value ...`, values plain ints or floats. The data files
+are in the node directory, or in its ``flagperf/`` folder when the monitor wrote FlagPerf's files in their place
+(MONITOR_FORMAT: flagperf; :func:`native_monitor_dir`); monitor_status.json is always at the top.
 """
 from __future__ import annotations
 
@@ -11,7 +13,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from flagperf.results.perflog import NotRegularFile, lines_of, open_regular
-from flagperf_contract import HOST_SENSORS, MONITOR_STATUS_FILE, ContractError, MonitorStatus, read_json_file
+from flagperf_contract import (HOST_SENSORS, MONITOR_STATUS_FILE, NATIVE_MONITOR_DIR, ContractError, MonitorStatus,
+                               read_json_file)
 
 _MONITOR_FILE = re.compile(r"[A-Za-z0-9_.-]+_monitor\.log\Z")   # a data file name a host may name
 
@@ -165,40 +168,62 @@ class NodeSamples:
     (every device's, in file order), monitor_status.json's sensors, and the files that are there but were not read."""
 
     host: dict = field(default_factory=dict)        # {"cpu" | "mem" | "pwr": [(timestamp, {key: value})]}
-    gpu_file: str | None = None                     # <vendor>_monitor.log
+    gpu_file: str | None = None                     # [flagperf/]<vendor>_monitor.log, relative to the node directory
     gpu: list = field(default_factory=list)
     sensors: dict = field(default_factory=dict)     # {name: SensorStatus}; {} without a status
-    unreadable: dict = field(default_factory=dict)  # {file name: why it was not read}
+    unreadable: dict = field(default_factory=dict)  # {file name relative to the node directory: why it was not read}
 
     @property
     def gpu_vendor(self) -> str | None:
-        return self.gpu_file[:-len("_monitor.log")] if self.gpu_file else None
+        return self.gpu_file.rpartition("/")[2][:-len("_monitor.log")] if self.gpu_file else None
+
+
+def native_monitor_dir(node_dir, status: MonitorStatus | None = None) -> str:
+    """The folder of a node directory that holds the monitor's own data files, relative to it: NATIVE_MONITOR_DIR
+    when the monitor wrote FlagPerf's files in their place (MONITOR_FORMAT: flagperf), else "" (the directory
+    itself). Decided by what monitor_status.json names (a data file in that folder); without a status, or one
+    that names no data file, by whether that folder is there (a real folder, never a link)."""
+    files = [s.file for s in (status.sensors if status else {}).values() if s.file]
+    if files:
+        return NATIVE_MONITOR_DIR if any(f.startswith(NATIVE_MONITOR_DIR + "/") for f in files) else ""
+    path = os.path.join(node_dir, NATIVE_MONITOR_DIR)
+    return NATIVE_MONITOR_DIR if os.path.isdir(path) and not os.path.islink(path) else ""
 
 
 def gpu_monitor_file(node_dir, status: MonitorStatus | None) -> str | None:
-    """The accelerator's monitor file of a node directory: the one its status names, else (no status, or none
-    named) the first <vendor>_monitor.log that is not a host sensor's. A name that could lead outside the node
-    directory is never followed."""
+    """The accelerator's monitor file of a node directory, relative to it (inside native_monitor_dir): the one
+    its status names, else (no status, or none named) the first <vendor>_monitor.log there that is not a host
+    sensor's. A name that could lead elsewhere is never followed."""
+    sub = native_monitor_dir(node_dir, status)
     sensors = status.sensors if status else {}
     name = sensors["gpu"].file if "gpu" in sensors else None
-    if name and _MONITOR_FILE.match(name):
-        return name
+    if name:
+        head, _, base = name.rpartition("/")
+        if head == sub and _MONITOR_FILE.match(base):
+            return name
     try:
-        names = sorted(f for f in os.listdir(node_dir) if _MONITOR_FILE.match(f)
+        names = sorted(f for f in os.listdir(os.path.join(node_dir, sub)) if _MONITOR_FILE.match(f)
                        and f[:-len("_monitor.log")] not in HOST_SENSORS)
     except OSError:
         return None
-    return names[0] if names else None
+    return "/".join(filter(None, (sub, names[0]))) if names else None
 
 
 def read_node_samples(node_dir) -> NodeSamples:
-    """Every monitor file of one node directory (host sensors, then the accelerator's). A missing file has no
-    samples; one that is there but is no readable regular file (a FIFO, a symlink, a device) is never read and
-    goes to ``unreadable``."""
+    """Every monitor file of one node directory (host sensors, then the accelerator's), from the folder
+    native_monitor_dir names. A missing file has no samples; one that is there but is no readable regular file
+    (a FIFO, a symlink, a device) is never read and goes to ``unreadable``."""
     out = NodeSamples()
+    status, _ = read_status(node_dir)
+    sub = native_monitor_dir(node_dir, status)
+    folder = os.path.join(node_dir, sub) if sub else None
+    if folder and os.path.islink(folder):       # a link planted by a host is never followed
+        out.unreadable[sub] = f"{folder}: not a folder (a symlink); not read"
 
     def samples_from(file_name):
         path = os.path.join(node_dir, file_name)
+        if sub in out.unreadable:
+            return []
         try:
             return read_monitor_file(path)
         except FileNotFoundError:
@@ -208,8 +233,7 @@ def read_node_samples(node_dir) -> NodeSamples:
             return []
 
     for name in ("cpu", "mem", "pwr"):
-        out.host[name] = samples_from(f"{name}_monitor.log")
-    status, _ = read_status(node_dir)
+        out.host[name] = samples_from("/".join(filter(None, (sub, f"{name}_monitor.log"))))
     out.sensors = dict(status.sensors) if status else {}
     out.gpu_file = gpu_monitor_file(node_dir, status)
     out.gpu = samples_from(out.gpu_file) if out.gpu_file else []

@@ -1,8 +1,10 @@
-"""End-to-end, through the real CLI: FlagPerf's monitor files (MONITOR_FORMAT: flagperf) and sys_info.log on a
+"""End-to-end, through the real CLI: FlagPerf's monitor files (MONITOR_FORMAT: flagperf) where FlagPerf has
+them, flagperf's own in the node directory's flagperf/ folder, sys_info.log and the report of such a run on a
 localhost run, and FLAGPERF_PATH ownership (deploy creates, adopts or refuses the directory) on localhost and
 on real OpenSSH hosts (testbed/sshbed.py)."""
 
 import json
+import math
 import os
 import platform
 import re
@@ -78,25 +80,47 @@ def test_flagperf_monitor_files_and_sys_info_on_a_local_run(tmp_path, flagperf_h
     run = only_run_dir(tmp_path / "result")
     assert yaml.safe_load((run / "effective_config.yaml").read_text())["MONITOR_FORMAT"] == "flagperf"
     node = run / "sleeper-pytorch-fmt-1x1" / "round1" / "localhost_noderank0"
-    fp = node / "flagperf_format"
-    names = sorted(p.name for p in fp.iterdir())
-    assert names in (["cpu_monitor.log", "mem_monitor.log"],
-                     ["cpu_monitor.log", "mem_monitor.log", "pwr_monitor.log"]), names
+    fp, own = node, node / "flagperf"           # FlagPerf's paths (<host>_noderank<i>/), flagperf's own aside
+    names = sorted(p.name for p in fp.glob("*_monitor.log"))
+    assert names == ["cpu_monitor.log", "mem_monitor.log", "pwr_monitor.log"], names    # pwr always, for FlagPerf
+    native_names = sorted(p.name for p in own.iterdir())
+    assert native_names in (["cpu_monitor.log", "mem_monitor.log"],
+                            ["cpu_monitor.log", "mem_monitor.log", "pwr_monitor.log"]), native_names
     # FlagPerf's reading of its files: same samples as flagperf's own, fractions, FlagPerf's timestamps.
     for sensor in ("cpu", "mem"):
-        native = read_monitor_file(node / f"{sensor}_monitor.log", strict=True)
+        native = read_monitor_file(own / f"{sensor}_monitor.log", strict=True)
         theirs = read_host_file(fp / f"{sensor}_monitor.log")
         assert len(theirs) == len(native) >= 4, sensor
         assert all(0.0 <= v <= 1.0 for _, v in theirs), theirs
         assert [t for t, _ in theirs] == [ts.astimezone().replace(tzinfo=None, microsecond=0) for ts, _ in native]
     assert any(v > 0 for _, v in read_host_file(fp / "mem_monitor.log"))
     status, problem = read_status(node)
-    assert problem is None and status.sensors["mem"].extra["flagperf_file"] == "flagperf_format/mem_monitor.log"
-    pwr = status.sensors["pwr"].extra
-    if "pwr_monitor.log" in names:
-        assert read_host_file(fp / "pwr_monitor.log") and pwr["flagperf_source"].startswith("ipmitool")
-    else:
-        assert pwr["flagperf_reason"], pwr                  # no ipmitool or no BMC here: said, not faked
+    assert problem is None and status.sensors["mem"].extra["flagperf_file"] == "mem_monitor.log"
+    assert status.sensors["mem"].file == "flagperf/mem_monitor.log"
+    pwr, watts = status.sensors["pwr"].extra, read_host_file(fp / "pwr_monitor.log")
+    assert pwr["flagperf_file"] == "pwr_monitor.log" and watts, watts
+    if "flagperf_source" in pwr:
+        assert pwr["flagperf_source"].startswith("ipmitool") and all(v > 0 for _, v in watts)
+    else:                                               # no ipmitool or no BMC here: said, and no number made up
+        assert pwr["flagperf_reason"] and len(watts) == 1 and math.isnan(watts[0][1]), (pwr, watts)
+
+    # flagperf's own summary and report read the native files from flagperf/.
+    summary = json.loads((run / "summary.json").read_text())
+    monitors = summary["cases"][0]["rounds"][0]["nodes"][0]["monitors"]
+    assert monitors["cpu"]["samples"] == len(read_monitor_file(own / "cpu_monitor.log")) >= 4, monitors
+    assert monitors["mem"]["used_mib_max"] > 0
+    (run / "series.json").unlink()                      # flagperf report makes it again from the node directory
+    summary["series"] = None
+    (run / "summary.json").write_text(json.dumps(summary))
+    (run / "report.html").unlink(missing_ok=True)
+    code, out, err = run_cli(["report", str(run), "--html"])
+    assert code == 0, out + err
+    series = json.loads((run / "series.json").read_text())
+    (ns,) = series["nodes"]
+    traces = {(t["sensor"], t["key"]): len(t["y"]) for t in ns["traces"]}
+    assert traces[("cpu", "util_pct")] >= 4 and traces[("mem", "used_mib")] >= 4, traces
+    page = (run / "report.html").read_text(encoding="utf-8")
+    assert "CPU util %" in page and "No monitor data in its node directory" not in page
 
     facts = _facts(node / "sys_info.log")
     assert facts["kernel"] == platform.release() and facts["hostname"] == platform.node()

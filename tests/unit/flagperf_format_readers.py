@@ -1,5 +1,5 @@
 """Readers of FlagPerf's monitor-file formats, written for these tests: they read a file the way FlagPerf's
-summary step reads its monitor files, so that tests can check that flagperf's ``flagperf_format/`` files are
+summary step reads its monitor files, so that tests can check that the files flagperf writes in their place are
 read as FlagPerf's own are.
 
 Host files: every line holding a tab is ``<stamp>\\t<value>\\n``; the value is the text after the tab without its

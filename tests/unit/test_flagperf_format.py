@@ -3,6 +3,7 @@ monitor, read back with FlagPerf's own reading rules (tests/unit/flagperf_format
 
 The accelerator files are made from what the plug-ins read: a stand-in pynvml module, and stand-in npu-smi, cnmon
 and ipmitool executables printing recorded outputs (tests/unit/fixtures/accel/), as in test_accel_plugins.py."""
+import math
 import os
 import re
 import shutil
@@ -257,6 +258,12 @@ def test_ipmitool_outputs():
     assert ff.parse_ipmi_sdr("Fan1 | 6240 RPM | ok\n") is None
 
 
+def no_reading(path):
+    """Whether the FlagPerf power file holds just FlagPerf's empty value (one line, read as nan)."""
+    values = read_host_file(path)
+    return len(values) == 1 and math.isnan(values[0][1]) and path.read_text().endswith("\tnan\n")
+
+
 def run_ipmi(tmp_path, seconds=0.3):
     path = tmp_path / "pwr_monitor.log"
     log = Log()
@@ -277,8 +284,7 @@ def test_ipmi_power_dcmi_then_sdr_then_none(tmp_path, bin_dir):
     assert ipmi.source == "ipmitool dcmi power reading" and ipmi.reason is None and stop_s < 30     # no hang
     values = read_host_file(path)
     assert len(values) >= 2 and {v for _, v in values} == {412.0}
-    assert ipmi.status() == {"flagperf_file": "flagperf_format/pwr_monitor.log",
-                             "flagperf_source": "ipmitool dcmi power reading"}
+    assert ipmi.status() == {"flagperf_file": "pwr_monitor.log", "flagperf_source": "ipmitool dcmi power reading"}
 
     (tmp_path / "dcmi.txt").write_text("")                     # no DCMI answer: the SDR's largest Watts sensor
     ipmi, path, log, _ = run_ipmi(tmp_path)
@@ -287,13 +293,14 @@ def test_ipmi_power_dcmi_then_sdr_then_none(tmp_path, bin_dir):
     tool.write_text("#!/bin/sh\necho 'Could not open device at /dev/ipmi0: No such file or directory' >&2\nexit 1\n")
     path.unlink()
     ipmi, path, log, _ = run_ipmi(tmp_path)
-    assert ipmi.source is None and not path.exists()
+    assert ipmi.source is None and no_reading(path)            # FlagPerf's empty value, once, never a number
     assert ipmi.reason == ("ipmitool dcmi power reading exited with status 1: Could not open device at /dev/ipmi0: "
                            "No such file or directory; ipmitool sdr list exited with status 1: Could not open device "
                            "at /dev/ipmi0: No such file or directory")
     tool.unlink()
     ipmi, path, log, _ = run_ipmi(tmp_path, 0.1)
-    assert ipmi.reason == "ipmitool not found (looked on PATH)" and not path.exists()
+    assert ipmi.reason == "ipmitool not found (looked on PATH)" and no_reading(path)
+    assert ipmi.status() == {"flagperf_file": "pwr_monitor.log", "flagperf_reason": ipmi.reason}
 
 
 def test_ipmi_stop_kills_a_hanging_ipmitool(tmp_path, bin_dir):
@@ -302,8 +309,9 @@ def test_ipmi_stop_kills_a_hanging_ipmitool(tmp_path, bin_dir):
     # stop() kills ipmitool: the thread ends long before IPMI_TIMEOUT_S (and the tool's 30 s); how fast is
     # measured by bench/latency.py
     ipmi.thread.join(ff.IPMI_TIMEOUT_S / 2)
-    assert not ipmi.thread.is_alive() and stop_s < ff.IPMI_TIMEOUT_S and not path.exists()
-    assert ipmi.status() == {"flagperf_reason": "the monitor stopped before ipmitool answered"}
+    assert not ipmi.thread.is_alive() and stop_s < ff.IPMI_TIMEOUT_S and no_reading(path)
+    assert ipmi.status() == {"flagperf_file": "pwr_monitor.log",
+                             "flagperf_reason": "the monitor stopped before ipmitool answered"}
 
 
 # ---------------------------------------------------------------- the monitor process
@@ -324,21 +332,22 @@ def test_monitor_writes_flagperf_files_from_nvml_and_ipmitool(tmp_path, bin_dir)
     p = start_monitor(out, "--interval", "0.2", "--gpu", "nvml", "--vendor", "nvidia", "--format", "flagperf",
                       "--max-seconds", "2", env=env)
     assert p.wait(15) == 0, p.communicate()
-    fp = out / "flagperf_format"
-    assert sorted(f.name for f in fp.iterdir()) == ["cpu_monitor.log", "mem_monitor.log", "nvidia_monitor.log",
-                                                     "pwr_monitor.log"]
+    fp, own = out, out / "flagperf"            # FlagPerf's files where FlagPerf has them; flagperf's aside
+    assert sorted(f.name for f in fp.glob("*_monitor.log")) == ["cpu_monitor.log", "mem_monitor.log",
+                                                                "nvidia_monitor.log", "pwr_monitor.log"]
+    assert sorted(f.name for f in own.iterdir()) == ["cpu_monitor.log", "mem_monitor.log", "nvidia_monitor.log"]
     # The same samples as the native files, FlagPerf's timestamps to the second.
     for sensor in ("cpu", "mem"):
-        native = read_monitor_file(out / f"{sensor}_monitor.log", strict=True)
+        native = read_monitor_file(own / f"{sensor}_monitor.log", strict=True)
         theirs = read_host_file(fp / f"{sensor}_monitor.log")
         assert len(theirs) == len(native) >= 8, sensor
         assert all(0 <= v <= 1 for _, v in theirs)
         assert [t for t, _ in theirs] == [ts.astimezone().replace(tzinfo=None, microsecond=0) for ts, _ in native]
-    native_mem = read_monitor_file(out / "mem_monitor.log")
+    native_mem = read_monitor_file(own / "mem_monitor.log")
     assert abs(read_host_file(fp / "mem_monitor.log")[0][1]
                - native_mem[0][1]["used_mib"] / native_mem[0][1]["total_mib"]) <= 0.0001
     gpu = read_accel_file(fp / "nvidia_monitor.log", "nvidia", 2)
-    samples = len(read_monitor_file(out / "nvidia_monitor.log")) // 2
+    samples = len(read_monitor_file(own / "nvidia_monitor.log")) // 2
     assert samples >= 8 and gpu["temp"] == {0: [34.0] * samples, 1: [35.0] * samples}
     assert gpu["power"] == {0: [62.0] * samples, 1: [72.0] * samples} and gpu["max_mem"] == 143771.0
     assert len(accel_stamps(fp / "nvidia_monitor.log")) == samples
@@ -348,8 +357,10 @@ def test_monitor_writes_flagperf_files_from_nvml_and_ipmitool(tmp_path, bin_dir)
 
     st, problem = read_status(out)
     assert problem is None
-    assert st.sensors["cpu"].extra["flagperf_file"] == "flagperf_format/cpu_monitor.log"
-    assert st.sensors["gpu"].extra["flagperf_file"] == "flagperf_format/nvidia_monitor.log"
+    assert st.sensors["cpu"].extra["flagperf_file"] == "cpu_monitor.log"
+    assert st.sensors["gpu"].extra["flagperf_file"] == "nvidia_monitor.log"
+    assert st.sensors["cpu"].file == "flagperf/cpu_monitor.log"
+    assert st.sensors["gpu"].file == "flagperf/nvidia_monitor.log"
     assert st.sensors["gpu"].extra["driver_version"] == "560.35.03"
     assert st.sensors["pwr"].extra["flagperf_source"] == "ipmitool dcmi power reading"
     info = dict(line.split(": ", 1) for line in (out / "sys_info.log").read_text().splitlines())
@@ -365,14 +376,14 @@ def test_a_gpu_without_power_leaves_flagperfs_gpu_file_without_samples_and_says_
     p = start_monitor(out, "--interval", "0.2", "--gpu", "nvml", "--format", "flagperf", "--max-seconds", "1",
                       env=env)
     assert p.wait(15) == 0, p.communicate()
-    assert read_monitor_file(out / "nvidia_monitor.log", strict=True)          # the native file has its lines
-    assert (out / "flagperf_format" / "nvidia_monitor.log").read_text() == ""
+    assert read_monitor_file(out / "flagperf" / "nvidia_monitor.log", strict=True)   # the native file has its lines
+    assert (out / "nvidia_monitor.log").read_text() == ""
     log = (out / "monitor.log").read_text()
     assert log.count("flagperf format: accelerator 1 has no power_w left out of nvidia_monitor.log") == 1
-    assert "flagperf format: no pwr_monitor.log: ipmitool not found" in log
+    assert "flagperf format: no power reading in pwr_monitor.log (nan): ipmitool not found" in log
     st, _ = read_status(out)
     assert st.sensors["pwr"].extra["flagperf_reason"].startswith("ipmitool not found")
-    assert not (out / "flagperf_format" / "pwr_monitor.log").exists()
+    assert st.sensors["pwr"].extra["flagperf_file"] == "pwr_monitor.log" and no_reading(out / "pwr_monitor.log")
 
 
 def test_monitor_writes_ascend_files_from_npu_smi(tmp_path, bin_dir):
@@ -381,8 +392,8 @@ def test_monitor_writes_ascend_files_from_npu_smi(tmp_path, bin_dir):
     p = start_monitor(out, "--interval", "0.2", "--gpu", "npu_smi", "--vendor", "ascend", "--format", "flagperf",
                       "--max-seconds", "1.5")
     assert p.wait(15) == 0, p.communicate()
-    got = read_accel_file(out / "flagperf_format" / "ascend_monitor.log", "ascend", 8)
-    samples = len(accel_stamps(out / "flagperf_format" / "ascend_monitor.log"))
+    got = read_accel_file(out / "ascend_monitor.log", "ascend", 8)
+    samples = len(accel_stamps(out / "ascend_monitor.log"))
     assert samples >= 3 and got["power"][0] == [358.2] * samples and got["mem"][1] == [58290] * samples
     info = dict(line.split(": ", 1) for line in (out / "sys_info.log").read_text().splitlines())
     assert info["accelerators"] == "8 x 910B3" and info["accelerator_driver"] == "24.1.rc2"
@@ -393,8 +404,10 @@ def test_native_format_writes_no_flagperf_files_but_sys_info(tmp_path):
     out = tmp_path / "node0"
     p = start_monitor(out, "--interval", "0.2", "--gpu", "none", "--vendor", "cpu", "--max-seconds", "0.5")
     assert p.wait(15) == 0, p.communicate()
-    assert not (out / "flagperf_format").exists()
+    assert not (out / "flagperf").exists()
+    assert read_monitor_file(out / "cpu_monitor.log", strict=True)     # native: flagperf's files where they were
     st, _ = read_status(out)
+    assert st.sensors["cpu"].file == "cpu_monitor.log"
     assert all(not any(k.startswith("flagperf_") for k in s.extra) for s in st.sensors.values())
     info = dict(line.split(": ", 1) for line in (out / "sys_info.log").read_text().splitlines())
     assert info["accelerator_plugin"] == "none" and info["accelerators"] == "none"
