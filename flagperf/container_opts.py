@@ -1,7 +1,8 @@
 """FlagPerf's ``ACCE_CONTAINER_OPT`` (a ``docker run`` option string) translated into ContainerSpec fields.
 
-Only the options that describe how accelerators reach the container are accepted; anything else (resource
-limits, ports, names, ...) is reported, never passed on silently. See docs/vendors.md.
+Only the options that describe how accelerators, devices, mounts and the host's namespaces reach the container
+are accepted (:data:`OPTIONS`); anything else (resource limits, ports, names, ...) is reported, never passed on
+silently. See docs/vendors.md.
 """
 
 from __future__ import annotations
@@ -10,8 +11,9 @@ import dataclasses
 import re
 import shlex
 
-from flagperf.vendors import (IPC_MODES, LIST_FIELDS, ULIMIT_NAMES, ContainerSpec, check_device, check_group,
-                              check_size, check_volume, check_word, device_target, parse_ulimit, split_volume)
+from flagperf.vendors import (IPC_MODES, LIST_FIELDS, NAMESPACE_MODES, ULIMIT_NAMES, ContainerSpec, check_device,
+                              check_group, check_size, check_volume, check_word, device_target, parse_ulimit,
+                              split_volume)
 
 KEY = "ACCE_CONTAINER_OPT"
 # option -> (field, takes a value); short forms map to their long one
@@ -20,7 +22,8 @@ OPTIONS = {
     "--privileged": ("privileged", False), "--ipc": ("ipc_mode", True), "--shm-size": ("shm_size", True),
     "--ulimit": ("ulimits", True), "--group-add": ("group_add", True), "--cap-add": ("cap_add", True),
     "--security-opt": ("security_opt", True), "--env": ("env", True), "--runtime": ("runtime", True),
-    "--network": ("network", True),
+    "--network": ("network", True), "--pid": ("pid_mode", True), "--uts": ("uts_mode", True),
+    "--mount": ("mount", True),
 }
 ALIASES = {"-v": "--volume", "-e": "--env", "--net": "--network"}
 SUPPORTED = ", ".join(list(OPTIONS) + list(ALIASES))
@@ -78,6 +81,15 @@ def _apply(out: dict, field: str, value) -> str | None:
     elif field == "network":
         if value != "host":
             return "expected host: flagperf runs every container on the host network"
+    elif field in ("pid_mode", "uts_mode"):
+        if value not in NAMESPACE_MODES:
+            return "expected host (the host's namespace; without the option the container has its own)"
+        out[field] = value
+    elif field == "mount":
+        volume = _bind_mount(value)
+        if volume.startswith("expected"):
+            return volume
+        out.setdefault("volumes", []).append(volume)
     elif field == "ipc_mode":
         if value not in IPC_MODES:
             return f"expected one of {', '.join(IPC_MODES)}"
@@ -110,6 +122,30 @@ def _apply(out: dict, field: str, value) -> str | None:
             return error
         out.setdefault(field, []).append(value)
     return None
+
+
+MOUNT_EXPECTED = "expected type=bind,source=/host/path,target=/container/path[,readonly]"
+
+
+def _bind_mount(value: str) -> str:
+    """``--mount type=bind,source=/a,target=/b[,readonly]`` as the volume ``/a:/b[:ro]``; or what was expected
+    (a string starting with "expected"). Only bind mounts: a named volume or tmpfs is not the host's file."""
+    fields: dict = {}
+    for item in value.split(","):
+        key, eq, val = item.partition("=")
+        key = {"src": "source", "dst": "target", "destination": "target", "ro": "readonly"}.get(key, key)
+        if key not in ("type", "source", "target", "readonly") or key in fields or (not eq and key != "readonly"):
+            return f"{MOUNT_EXPECTED}; {item!r} is not one of these"
+        fields[key] = val if eq else "true"
+    if fields.get("type") != "bind":
+        return f"{MOUNT_EXPECTED}; only bind mounts (type=bind) are supported"
+    if fields.get("readonly", "false") not in ("true", "false", "1", "0"):
+        return f"{MOUNT_EXPECTED}; readonly is true or false"
+    mode = ":ro" if fields.get("readonly") in ("true", "1") else ""
+    volume = f"{fields.get('source', '')}:{fields.get('target', '')}{mode}"
+    if check_volume(volume):
+        return f"{MOUNT_EXPECTED}; source and target must be absolute paths without ':'"
+    return volume
 
 
 def _gpus(value: str):

@@ -62,6 +62,8 @@ class ContainerRun:
     ulimits: tuple = ()         # ((name, soft, hard), ...)
     ipc_mode: str = "host"
     network_mode: str = "host"
+    pid_mode: str | None = None     # "host": the host's process namespace; None: the container's own
+    uts_mode: str | None = None     # "host": the host's hostname namespace; None: the container's own
     privileged: bool = False
     cap_add: tuple = ()
     group_add: tuple = ()
@@ -73,6 +75,10 @@ class ContainerRun:
         """The equivalent ``docker run`` command (detached; flagperf removes the container after the round)."""
         argv = ["docker", "run", "-d", "--name", self.name, "--init" if self.init else "",
                 "--network", self.network_mode, "--ipc", self.ipc_mode, "--shm-size", self.shm_size]
+        if self.pid_mode:
+            argv += ["--pid", self.pid_mode]
+        if self.uts_mode:
+            argv += ["--uts", self.uts_mode]
         if self.runtime:
             argv += ["--runtime", self.runtime]
         if self.privileged:
@@ -113,5 +119,6 @@ def container_run(spec, *, name: str, image: str, image_folder: str = "", comman
         name=name, image=image, image_folder=image_folder, command=tuple(command), workdir=workdir,
         mounts=tuple(mounts), env=tuple(env), labels=tuple(labels), gpus=spec.gpus, devices=tuple(spec.devices),
         shm_size=spec.shm_size or shm_size_default, ulimits=tuple(spec.ulimits), ipc_mode=spec.ipc_mode,
-        network_mode=spec.network_mode, privileged=spec.privileged, cap_add=tuple(spec.cap_add),
-        group_add=tuple(spec.group_add), security_opt=tuple(spec.security_opt), runtime=spec.runtime)
+        network_mode=spec.network_mode, pid_mode=spec.pid_mode, uts_mode=spec.uts_mode, privileged=spec.privileged,
+        cap_add=tuple(spec.cap_add), group_add=tuple(spec.group_add), security_opt=tuple(spec.security_opt),
+        runtime=spec.runtime)

@@ -24,6 +24,7 @@ DIST_BACKENDS = ("nccl", "gloo", "hccl", "cncl", "xccl", "mccl")
 DEVICE_BACKEND = {"cpu": "gloo", "cuda": "nccl", "npu": "hccl", "mlu": "cncl", "xpu": "xccl", "musa": "mccl"}
 NO_GPU_MONITOR = "none"
 IPC_MODES = ("host", "private", "shareable", "none")
+NAMESPACE_MODES = ("host",)                 # pid_mode, uts_mode: the host's namespace, or the container's own
 ULIMIT_NAMES = ("core", "cpu", "data", "fsize", "locks", "memlock", "msgqueue", "nice", "nofile", "nproc",
                 "rss", "rtprio", "rttime", "sigpending", "stack")
 
@@ -44,7 +45,7 @@ _KEYS = {
 }
 _REQUIRED = ("device", "dist_backend", "frameworks")
 CONTAINER_KEYS = ("gpus", "devices", "group_add", "cap_add", "security_opt", "volumes", "env", "shm_size",
-                  "ulimits", "privileged", "ipc_mode", "runtime")
+                  "ulimits", "privileged", "ipc_mode", "pid_mode", "uts_mode", "runtime")
 LIST_FIELDS = ("devices", "group_add", "cap_add", "security_opt", "volumes")
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 SIZE = re.compile(r"[0-9]+(\.[0-9]+)?[bkmgtBKMGT]?[bB]?")
@@ -71,6 +72,8 @@ class ContainerSpec:
     privileged: bool = False
     ipc_mode: str = "host"
     runtime: str | None = None
+    pid_mode: str | None = None     # "host": the host's process namespace (--pid=host); None: the container's own
+    uts_mode: str | None = None     # "host": the host's hostname namespace (--uts=host); None: the container's own
 
     network_mode = "host"           # not configurable: ranks rendezvous over the host network
 
@@ -362,6 +365,11 @@ def _load_container(p: _Problems, raw: dict) -> ContainerSpec:
     if ipc not in IPC_MODES:
         p.add("container.ipc_mode", f"expected one of {', '.join(IPC_MODES)}, got {ipc!r}")
     kw["ipc_mode"] = ipc
+    for key in ("pid_mode", "uts_mode"):
+        mode = p.get(raw, key, (str, type(None)), None, f"container.{key}")
+        if mode is not None and mode not in NAMESPACE_MODES:
+            p.add(f"container.{key}", f"expected host or null (the container's own namespace), got {mode!r}")
+        kw[key] = mode if mode in NAMESPACE_MODES else None
     runtime = p.get(raw, "runtime", (str, type(None)), None, "container.runtime")
     if runtime is not None and not re.fullmatch(r"[A-Za-z0-9_.-]+", runtime):
         p.add("container.runtime", f"expected a docker runtime name such as nvidia, got {runtime!r}")

@@ -49,7 +49,7 @@ def _shown(cmp: Comparison) -> tuple:
 
     def remarkable(case) -> bool:
         return id(case) in regressed or bool(case.note) or case.status_a != case.status_b or \
-            any(m.note for m in case.metrics)
+            any(m.note for m in case.metrics) or bool(case.setup_differences)
     ordered = [c for c in cmp.cases if remarkable(c)] + [c for c in cmp.cases if not remarkable(c)]
     if len(ordered) <= MAX_COMPARED_CASES:
         return list(cmp.cases), 0
@@ -98,6 +98,8 @@ def comparison_lines(cmp: Comparison) -> list:
     for case in cmp.cases:
         if case.note:
             out.append(f"{t(case.name)}: {t(case.note)}")
+        if case.setup_differences:      # another NCCL, another case env: the numbers may differ for that reason
+            out.append(f"{t(case.name)}: setup differs: {t('; '.join(case.setup_differences))}")
         out += [f"{t(case.name)} {t(m.metric)}: {m.verdict}: {t(m.note)}" for m in case.metrics if m.note]
     for case, m in cmp.regressions:
         out.append(f"REGRESSION {t(case.name)} {t(m.metric)}: {_num(m.a.median)} -> {_num(m.b.median)} {t(m.unit)} "

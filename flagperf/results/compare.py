@@ -16,6 +16,8 @@ The rules (docs/compare.md):
   spreads, (max - min) / |median| x 100. The spread also decides when the test cannot reach ``alpha`` at these
   sample sizes (3 rounds against 3: the smallest possible p is 0.1); the p-value is still reported.
 - A regression is a change in the bad direction larger than ``threshold_pct`` that is beyond noise.
+- Setup: each side's case environment (its case config's ``env``) and the NCCL version its ranks loaded
+  (``CaseSummary.nccl``); what differs is listed (``setup_differences``), never a verdict by itself.
 """
 
 from __future__ import annotations
@@ -230,6 +232,9 @@ class CaseComparison:
     rounds_passed_b: int
     metrics: list = field(default_factory=list)     # MetricComparison, the headline first
     note: str = ""
+    setup_a: dict = field(default_factory=dict)     # {"env": {name: value}, "nccl": version or None}
+    setup_b: dict = field(default_factory=dict)
+    setup_differences: list = field(default_factory=list)   # one line each: "NCCL 2.21.5 -> 2.23.4", ...
 
     @property
     def regression(self) -> bool:
@@ -238,7 +243,9 @@ class CaseComparison:
     def to_dict(self) -> dict:
         return {"key": self.key, "name": self.name, "status_a": self.status_a, "status_b": self.status_b,
                 "rounds_passed_a": self.rounds_passed_a, "rounds_passed_b": self.rounds_passed_b,
-                "regression": self.regression, "note": self.note, "metrics": [m.to_dict() for m in self.metrics]}
+                "regression": self.regression, "note": self.note, "metrics": [m.to_dict() for m in self.metrics],
+                "setup_a": dict(self.setup_a), "setup_b": dict(self.setup_b),
+                "setup_differences": list(self.setup_differences)}
 
 
 @dataclass
@@ -345,9 +352,29 @@ def compare_metric(name, values_a, values_b, *, unit="", higher_is_better=None, 
                             basis, spread, significant, verdict, note)
 
 
+def _setup(case) -> dict:
+    return {"env": dict(case.env), "nccl": case.nccl}
+
+
+def setup_differences(setup_a: dict, setup_b: dict) -> list:
+    """What differs between two sides' setups (:func:`_setup`), one line each: the NCCL version first, then every
+    environment variable set on one side only or to another value, by name."""
+    out = []
+    if setup_a.get("nccl") != setup_b.get("nccl"):
+        out.append(f"NCCL {setup_a.get('nccl') or 'not reported'} -> {setup_b.get('nccl') or 'not reported'}")
+    env_a, env_b = setup_a.get("env") or {}, setup_b.get("env") or {}
+    for name in sorted(set(env_a) | set(env_b)):
+        if env_a.get(name) != env_b.get(name):
+            a, b = (f"{name}={e[name]}" if name in e else f"{name} unset" for e in (env_a, env_b))
+            out.append(f"env {a} -> {b}")
+    return out
+
+
 def compare_case(case_a, case_b, *, threshold_pct=DEFAULT_THRESHOLD_PCT, alpha=DEFAULT_ALPHA) -> CaseComparison:
     out = CaseComparison(case_a.key or case_a.name, case_a.name, case_a.status.value, case_b.status.value,
                          len(case_a.passed_rounds), len(case_b.passed_rounds))
+    out.setup_a, out.setup_b = _setup(case_a), _setup(case_b)
+    out.setup_differences = setup_differences(out.setup_a, out.setup_b)
     missing = [side for side, c in (("A", case_a), ("B", case_b)) if not c.passed_rounds]
     if missing:
         out.note = f"no passed round in {' and '.join(missing)}: not compared"

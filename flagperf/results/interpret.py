@@ -72,6 +72,7 @@ class NodeEvidence:
     benchmark: str = ""                             # the model this node ran
     nproc: int = 0                                  # the ranks the plan put on this node (0: not known)
     flagperf_results: list = field(default_factory=list)  # flagperf_lines.FlagPerfResult of the node's logs
+    flagperf_refused: list = field(default_factory=list)  # training summary lines that are no result, and why
 
 
 @dataclass
@@ -185,14 +186,18 @@ def _rank0_result(ev: RoundEvidence) -> Verdict:
         # FlagPerf's formats: [FlagPerf Result] lines of any log, or a FlagPerf PerfLog FINISHED of rank 0
         theirs = next((r for r in reversed(records) if is_flagperf_finished(r)), None)
         results = [r for n in ev.nodes for r in n.flagperf_results]
+        not_results = [why for n in ev.nodes for why in n.flagperf_refused]
         payload = build_finished(node0.benchmark if node0 else "", results, theirs,
-                                 rec0.duration_s if rec0 else None)
+                                 rec0.duration_s if rec0 else None, not_results)
         if payload is not None:
             return Verdict(Status.PASSED, None, Finished.from_dict(payload))
         who = "the node command" if node0 is not None and node0.mode == "node" else "rank 0"
         refused = next((r for r in reversed(records) if r.get("event") == UNREADABLE), None)
         if refused is not None:
             return Verdict(Status.FAILED, where(f"invalid result: {who} printed {refused.get('reason')}"))
+        if not_results:
+            return Verdict(Status.FAILED, where(f"invalid result: {who} printed no FINISHED line, and its training "
+                                                f"summary is no result: {not_results[0]}"))
         return Verdict(Status.FAILED, where(f"{who} printed no FINISHED line and no [FlagPerf Result] lines"))
     problems = validate_finished(finished[-1])
     world = sum(n.nproc for n in ev.nodes)

@@ -66,6 +66,10 @@ def _under(prefix: str, table: dict) -> dict:
     return {(f"{prefix}.{k}" if k else prefix): v for k, v in table.items()}
 
 
+# What a round and each of its nodes both keep: the FINISHED payload and the failure.
+_OUTCOME = {**_under("finished", _FINISHED), **_under("failure", _FAILURE)}
+
+
 # The types summary.json must have where it is read back: {path: types}; "*" is every item of a list or every
 # value of an object (a named key of the same object takes precedence).
 _TYPES = {
@@ -76,20 +80,20 @@ _TYPES = {
     "cases.*": dict, "cases.*.name": str, "cases.*.key": str, "cases.*.model": _OPT_STR,
     "cases.*.framework": _OPT_STR, "cases.*.hw": _OPT_STR, "cases.*.nnodes": int, "cases.*.nproc": int,
     "cases.*.repeat": int, "cases.*.data_dir": _OPT_STR, "cases.*.rounds": list, "cases.*.each": bool,
+    "cases.*.env": _OPT_DICT, "cases.*.env.*": str, "cases.*.nccl": _OPT_STR,
     "cases.*.rounds.*": dict, "cases.*.rounds.*.round": int, "cases.*.rounds.*.dir": str,
     "cases.*.rounds.*.status": str, "cases.*.rounds.*.duration_s": _OPT_NUM, "cases.*.rounds.*.value": _OPT_NUM,
     "cases.*.rounds.*.e2e_time": _OPT_NUM, "cases.*.rounds.*.metrics": _OPT_DICT,
     "cases.*.rounds.*.metrics.*": dict, "cases.*.rounds.*.metrics.*.value": _SCALAR,
     "cases.*.rounds.*.metrics.*.unit": _OPT_STR, "cases.*.rounds.*.checks": _OPT_DICT,
     "cases.*.rounds.*.env": _OPT_DICT, "cases.*.rounds.*.nodes": list,
-    **_under("cases.*.rounds.*.finished", _FINISHED), **_under("cases.*.rounds.*.failure", _FAILURE),
+    **_under("cases.*.rounds.*", _OUTCOME),
     "cases.*.rounds.*.nodes.*": dict, "cases.*.rounds.*.nodes.*.node": str,
     "cases.*.rounds.*.nodes.*.host": _OPT_STR, "cases.*.rounds.*.nodes.*.node_rank": _OPT_INT,
     "cases.*.rounds.*.nodes.*.launcher_exit": _OPT_INT, "cases.*.rounds.*.nodes.*.ranks": list,
     "cases.*.rounds.*.nodes.*.ranks.*": dict, "cases.*.rounds.*.nodes.*.status": _OPT_STR,
     **_under("cases.*.rounds.*.nodes.*.monitors", _MONITORS),
-    **_under("cases.*.rounds.*.nodes.*.finished", _FINISHED),
-    **_under("cases.*.rounds.*.nodes.*.failure", _FAILURE),
+    **_under("cases.*.rounds.*.nodes.*", _OUTCOME),
     "cases.*.verdicts": list, "cases.*.verdicts.*": dict, "cases.*.verdicts.*.metric": str,
     "cases.*.verdicts.*.measured": _OPT_NUM, "cases.*.verdicts.*.rounds": _OPT_INT,
     "cases.*.verdicts.*.unit": _OPT_STR, "cases.*.verdicts.*.expected": _NUM,
@@ -339,6 +343,20 @@ class CaseSummary:
     rounds: list = field(default_factory=list)
     each: bool = False          # nnodes "each": one independent job per host (nnodes: the number of hosts)
     verdicts: list = field(default_factory=list)   # [ReferenceVerdict] (flagperf.references), [] if none
+    env: dict = field(default_factory=dict)        # what its case config set in every rank's environment (env)
+
+    @property
+    def nccl(self) -> str | None:
+        """The NCCL version(s) the ranks loaded, as their FINISHED records report it (``env.nccl``: rank 0 of
+        every round, every host's of an each case), distinct values sorted and joined by ", "; None if none did."""
+        found = set()
+        for r in self.rounds:
+            for f in [r.finished] + [n.finished for n in r.nodes]:
+                env = (f or {}).get("env")
+                version = env.get("nccl") if isinstance(env, dict) else None
+                if isinstance(version, str) and version:
+                    found.add(version)
+        return ", ".join(sorted(found)) or None
 
     @property
     def status(self) -> Status:
@@ -382,14 +400,16 @@ class CaseSummary:
                 "data_dir": self.data_dir, "status": self.status.value, "metric": self.metric, "unit": self.unit,
                 "higher_is_better": self.head.get("higher_is_better"), "rounds_passed": len(self.passed_rounds),
                 "rounds": [r.to_dict() for r in self.rounds], "stats": self.stats,
-                **({"each": True} if self.each else {}), "verdicts": [v.to_dict() for v in self.verdicts]}
+                **({"each": True} if self.each else {}), "verdicts": [v.to_dict() for v in self.verdicts],
+                "env": dict(self.env), "nccl": self.nccl}
 
     @classmethod
     def from_dict(cls, d: dict) -> "CaseSummary":
         return cls(d["name"], d.get("key", ""), d.get("model", ""), d.get("framework", ""), d.get("hw", ""),
                    d.get("nnodes", 0), d.get("nproc", 0), d.get("repeat", 0), d.get("data_dir"),
                    [RoundSummary.from_dict(r) for r in d.get("rounds") or []], each=bool(d.get("each", False)),
-                   verdicts=[ReferenceVerdict.from_dict(v) for v in d.get("verdicts") or []])
+                   verdicts=[ReferenceVerdict.from_dict(v) for v in d.get("verdicts") or []],
+                   env=dict(d.get("env") or {}))
 
 
 @dataclass

@@ -3,7 +3,9 @@
 Per case: the vendor image is made ready on every host in parallel (built when its tag is missing).
 Per round and node: one container named ``flagperf-<run>-<case>-r<k>-n<i>``, labelled with run, case, round
 and node, ``--network host``, the vendor's devices, shm, ulimits and mounts, plus the deploy path, the data
-directory and the result directory, each at the same path inside as outside. Its command prepares the
+directory and the result directory, each at the same path inside as outside, and the host's process and hostname
+namespaces when the vendor's profile or ACCE_CONTAINER_OPT asks for them (``--pid=host``, ``--uts=host``; a
+privileged container only when asked: ``--privileged``). Its command prepares the
 environment (the benchmark's requirements.txt and environment_variables.sh, logged to env_prepare.log) and
 then execs the node launcher; the node's exit code is the container's, read from the API. Containers are
 removed after every round, also after a failed or interrupted one; ``flagperf clean`` removes leftovers
@@ -192,6 +194,10 @@ def sdk_kwargs(run: ContainerRun, expand=glob.glob) -> dict:
         privileged=run.privileged, ipc_mode=run.ipc_mode, network_mode=run.network_mode)
     if run.runtime:
         kwargs["runtime"] = run.runtime
+    if run.pid_mode:
+        kwargs["pid_mode"] = run.pid_mode
+    if run.uts_mode:
+        kwargs["uts_mode"] = run.uts_mode
     return kwargs
 
 
@@ -321,7 +327,7 @@ class DockerRuntime(Runtime):
     def prepare_case(self, transports, case, run_dir, log):
         """Ping every host's daemon, remove containers of dead drivers of this machine, and make the vendor
         image ready on every host of the case, in parallel. Raise naming every host that failed."""
-        spec = image_spec(self.config, case.case.framework)
+        spec = image_spec(self.config, case.case)
         hosts = {h.address: transports[h.address] for h in case.hosts}
 
         def one(address):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 
 from flagperf.results import perflog
+from flagperf.results.excerpt import verdict_with_excerpt
 from flagperf.results.flagperf_lines import is_flagperf_finished, node_logs, node_results
 from flagperf.results.interpret import (NodeEvidence, RoundEvidence, Status, Wait, WaitEnd, describe_exit,
                                         interpret_each_round, interpret_round)
@@ -52,7 +53,7 @@ def node_evidence(ctx: RunContext, node, proc, wait: Wait, records) -> NodeEvide
         ctx.console.step(f"{node.label}: {len(reaped)} process(es) left behind by the ranks were killed "
                          f"(pids {pids}; see ranks.json)", logging.WARNING)
     if not any(r.get("event") == "FINISHED" and not is_flagperf_finished(r) for r in records):
-        ev.flagperf_results = node_results(node)        # FlagPerf's formats instead?
+        ev.flagperf_results = node_results(node, refused=ev.flagperf_refused)     # FlagPerf's formats instead?
     return ev
 
 
@@ -80,10 +81,12 @@ def judge_round(ctx: RunContext, nodes, launchers: dict, wait: Wait, res: RoundS
         report_sensors(ctx, node)
         res.nodes.append(summary)
     if node_waits is None:
-        verdict = interpret_round(RoundEvidence(wait, evidence, rank0))
+        verdict = verdict_with_excerpt(interpret_round(RoundEvidence(wait, evidence, rank0)), nodes)
     else:
         verdict, per_host = interpret_each_round(wait, node_waits, evidence, own_records)
+        verdict = verdict_with_excerpt(verdict, nodes)
         for summary, (label, v) in zip(res.nodes, per_host):
+            v = verdict_with_excerpt(v, nodes)
             summary.status, summary.failure = v.status, v.failure
             summary.finished = v.finished.to_dict() if v.finished else None
             _log_host(ctx, res.dir, label, v)

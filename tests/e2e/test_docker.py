@@ -500,3 +500,39 @@ def test_daemon_that_stops_answering_mid_round_does_not_block_cleanup(tmp_path, 
     log = (run / "flagperf_run.log").read_text()
     assert f"Docker daemon at {sock} did not answer within 10 s" in log, log
     assert re.search(r"cleanup failed: container flagperf-\S+ not removed: .*flagperf clean --run", log), log
+
+
+def test_container_options_and_case_env_reach_the_container(tmp_path, flagperf_home, docker_clean):
+    """ACCE_CONTAINER_OPT's host namespaces and capabilities are in the created container's HostConfig (and in the
+    run log's docker run line), and the round passes; the case config's env reaches the rank inside."""
+    env = docker_clean
+    (flagperf_home / "vendors" / "cpu" / "sleeper").mkdir()
+    (flagperf_home / "vendors" / "cpu" / "sleeper" / "config_opts.yaml").write_text(
+        "sleep_s: 30\nenv:\n  OMP_NUM_THREADS: '3'\n")
+    conf = _docker_conf(tmp_path, env, {"sleeper:pytorch:opts:1:1:1": "null"}, CLUSTER=_local_cluster(tmp_path),
+                        ACCE_CONTAINER_OPT="'--pid=host --uts host --cap-add=SYS_PTRACE'")
+    proc = start_cli(["run", "--config", conf], home=materialize(flagperf_home))
+    try:
+        wait_for(lambda: list((tmp_path / "result").glob("run*/*/round1/*/rank0.out.log")) or proc.poll() is not None,
+                 300, "the rank to start in the container")
+        assert proc.poll() is None, proc.communicate()
+        (container,) = _ours(env.client, only_run_dir(tmp_path / "result").name)
+        container.reload()
+        host_config = container.attrs["HostConfig"]
+        out, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, out + err
+    assert host_config["PidMode"] == "host" and host_config["UTSMode"] == "host"
+    assert "SYS_PTRACE" in (host_config["CapAdd"] or []) and not host_config["Privileged"]
+    run = only_run_dir(tmp_path / "result")
+    runlog = (run / "flagperf_run.log").read_text()
+    (line,) = [x for x in runlog.splitlines() if " docker run -d " in x]
+    assert " --pid host --uts host " in line and " --cap-add SYS_PTRACE " in line, line
+    node = next(run.glob("*/round1/localhost_noderank0"))
+    assert '"OMP_NUM_THREADS": "3"' in (node / "rank0.out.log").read_text()
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["cases"][0]["env"] == {"OMP_NUM_THREADS": "3"}
+    assert _ours(env.client, run.name) == []

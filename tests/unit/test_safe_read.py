@@ -81,7 +81,9 @@ def test_a_long_line_is_skipped_not_held(node, monkeypatch):
     p = node / "rank0.out.log"
     p.write_text('[PerfLog] {"event": "A"}\n' + '[PerfLog] {"event": "' + "y" * 5000 + '"}\n' +
                  '[PerfLog] {"event": "B"}\n')
-    assert [r["event"] for r in perflog.read_records(p)] == ["A", "B"]
+    records = perflog.read_records(p)
+    assert [r["event"] for r in records] == ["A", perflog.UNREADABLE, "B"]    # skipped, and named in its place
+    assert "a PerfLog line of 5023 bytes (at byte 25 of " in records[1]["reason"]
 
 
 def test_a_huge_rank_log_does_not_grow_memory(node):

@@ -270,7 +270,7 @@ def test_unsupported_option_is_named():
     assert overrides == {"gpus": "all"}
     assert problems == ["ACCE_CONTAINER_OPT: option '--cpuset-cpus' is not supported (supported: --gpus, "
                         "--device, --volume, --privileged, --ipc, --shm-size, --ulimit, --group-add, --cap-add, "
-                        "--security-opt, --env, --runtime, --network, -v, -e, --net)"]
+                        "--security-opt, --env, --runtime, --network, --pid, --uts, --mount, -v, -e, --net)"]
 
 
 @pytest.mark.parametrize("text, expected", [
@@ -346,7 +346,8 @@ def test_unsupported_option_through_the_cli(tmp_path, write, run_cli, dry_run):
     assert err.splitlines() == [f"flagperf: config error: {Path(path).resolve()}:4: ACCE_CONTAINER_OPT: option "
                                 f"'--cpuset-cpus' is not supported (supported: --gpus, --device, --volume, "
                                 f"--privileged, --ipc, --shm-size, --ulimit, --group-add, --cap-add, "
-                                f"--security-opt, --env, --runtime, --network, -v, -e, --net)"]
+                                f"--security-opt, --env, --runtime, --network, --pid, --uts, --mount, -v, -e, "
+                                f"--net)"]
     assert not (tmp_path / "result").exists()
 
 
