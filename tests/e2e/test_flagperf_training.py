@@ -28,8 +28,8 @@ def case_entry(doc, prefix):
 
 def test_training_cases_run_bare_with_their_launcher_preparation_and_env(tmp_path):
     data = dataset(tmp_path)
-    conf = write_conf(tmp_path, {"tinymlp:pytorch_2.0:local:1:2:1": data, "tinymlp:pytorch:fail:1:2:1": data},
-                      CASE_PATHS=f"[{TREE}]")
+    conf = write_conf(tmp_path, {"tinymlp:pytorch_2.0:local:1:2:1": data, "tinymlp:pytorch:fail:1:2:1": data,
+                                 "tinyllm:pytorch:local:1:1:1": data}, CASE_PATHS=f"[{TREE}]")
     code, out, err = run_cli(["run", "--config", conf], timeout=300)
     run = only_run_dir(tmp_path / "result")
     assert code == 1, out + err                     # the failing case fails the run
@@ -57,6 +57,13 @@ def test_training_cases_run_bare_with_their_launcher_preparation_and_env(tmp_pat
     fail_node = run / "tinymlp-pytorch-fail-1x2" / "round1" / "localhost_noderank0"
     assert "ZeroDivisionError: planted failure of rank 1" in (fail_node / "rank1.out.log").read_text()
     assert "exit code 1" in json.dumps(bad)
+    assert "ZeroDivisionError: planted failure of rank 1" in json.dumps(bad)     # the failing rank's own line
+    # an LLM-style case that ends with MFU and tokens-per-second lines, no FINISHED event
+    llm = case_entry(doc, "tinyllm-pytorch-local-1x1")
+    assert llm["status"] == "passed", llm
+    metrics = llm["rounds"][0]["metrics"]
+    assert metrics["mfu"]["unit"] == "fraction" and 0 < metrics["mfu"]["value"] < 1
+    assert metrics["tokens_per_s_per_chip"]["unit"] == "tokens/s/chip" and metrics["tokens_per_s"]["value"] > 0
 
 
 def test_training_case_on_two_ssh_hosts_is_deployed_in_the_trees_layout(tmp_path, ssh_bed):
