@@ -67,7 +67,7 @@ def base_mode_of(config) -> str | None:
 
 
 def model_sources_of(config) -> tuple:
-    return tuple(getattr(config.test, "model_sources", ()))
+    return tuple(config.test.model_sources)
 
 
 _cache: dict = {}
@@ -89,7 +89,7 @@ def case_source(config, case) -> CaseSource:
     with nothing runnable, an ambiguous model or a bad benchmark.yaml raises ConfigError saying what was looked
     for (the config check reports the same at load time)."""
     key = (str(config.source_root), case_paths_of(config), case.model, case.framework, case.framework_full,
-           config.vendor.name, case.hw, case.nnodes, case.nproc, getattr(case, "each", False), base_mode_of(config),
+           config.vendor.name, case.hw, case.nnodes, case.nproc, case.each, base_mode_of(config),
            model_sources_of(config), _stamp(config, case.model))
     if key not in _cache:
         src, problems = find_case_of(config.source_root, case_paths_of(config), config.vendor.name, case,
@@ -184,7 +184,8 @@ def node_command(config, case, host, *, python: str, node_rank: int, node_dir: s
         "data_dir": case.data_dir or "", "result_dir": node_dir, "vendor": config.vendor.name, "chip": case.hw,
         "config_file": f"{node_dir}/{CASE_CONFIG_FILE}", "case_dir": str(case_dir), "python": python,
         "framework": case.framework_full or case.framework, "hosts": ",".join(hosts), "host_addr": host.address,
-        "hosts_ports": "", "round": str(round_index), "case_key": case.key,
+        "hosts_ports": ",".join(str(p) for p in config.cluster.hosts_ports),
+        "round": str(round_index), "case_key": case.key,
     }
     env = {}
     if src.mode == LAUNCH_NODE:

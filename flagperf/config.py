@@ -38,11 +38,10 @@ TEST_KEYS = (
     "REFERENCES", "MONITOR_FORMAT", "CASE_PATHS", "BENCHMARKS_OR_TOOLKITS", "NPROC_PER_NODE", "MODEL_SOURCES",
 )
 # Cluster keys of every scheduler; each backend adds its own (its registration's cluster_keys) after HOSTS.
-COMMON_CLUSTER_KEYS = ("SCHEDULER", "HOSTS", "MASTER_PORT", "PYTHON")
+COMMON_CLUSTER_KEYS = ("SCHEDULER", "HOSTS", "MASTER_PORT", "PYTHON", "HOSTS_PORTS")
 CLUSTER_KEYS = COMMON_CLUSTER_KEYS[:2] + all_cluster_keys() + COMMON_CLUSTER_KEYS[2:]     # every scheduler's
 # FlagPerf keys flagperf accepts and ignores, each with a one-line warning (docs/migrating-from-flagperf.md).
 FLAGPERF_IGNORED = {
-    "HOSTS_PORTS": "FlagPerf's TensorFlow worker ports; flagperf starts no TensorFlow workers",
     "TEST_TYPE": "an older FlagPerf test-config key; not used",
     "FLAGPERF_PATH_HOST": "an older FlagPerf path; flagperf uses FLAGPERF_PATH (its own tree on the hosts)",
     "FLAGPERF_PATH_CONTAINER": "an older FlagPerf path; containers mount FLAGPERF_PATH at the same path",
@@ -51,7 +50,7 @@ FLAGPERF_IGNORED = {
     "LOG_CALL_INFORMATION": "a FlagPerf inference logging option; not used",
     "DEVICE": "FlagPerf's operation device id; flagperf gives each rank its devices",
 }
-CLUSTER_IGNORED = ("HOSTS_PORTS",)
+CLUSTER_IGNORED: tuple = ()      # FlagPerf cluster keys accepted and ignored (none now: HOSTS_PORTS is used)
 BASE_MODES = ("benchmark", "toolkit")       # BENCHMARKS_OR_TOOLKITS, lower-cased
 BASE_FRAMEWORK = "pytorch"                  # the framework of every case of a FlagPerf base config
 DEFAULT_BASE_CHIP = "A100"                  # a base case key without ":<chip>" (FlagPerf's own default)
@@ -133,6 +132,7 @@ class ClusterConfig:
     scheduler: str = DEFAULT_SCHEDULER     # the backend (flagperf.backends registry) that runs the rounds
     # the scheduler's own keys (HOSTS' SSH settings, SLURM_*), validated by its registration's options module
     options: BackendOptions = field(default_factory=BackendOptions)
+    hosts_ports: tuple = ()     # HOSTS_PORTS: FlagPerf's per-host worker ports (a training launcher's --hosts_ports)
 
 
 @dataclass(frozen=True)
@@ -207,6 +207,7 @@ class Config:
                 **c.options.to_dict(),
                 "MASTER_PORT": c.master_port,
                 "SCHEDULER": c.scheduler,
+                **({"HOSTS_PORTS": list(c.hosts_ports)} if c.hosts_ports else {}),
             },
         }
 
@@ -773,4 +774,24 @@ def _cluster_from(path: Path, data: LineMap, problems: list, warnings: list | No
     if options is None:
         return None     # the problems are reported; checking the cases against no hosts would only repeat them
     hosts = options.plan_hosts((), "") if reg.host_list else ()
-    return ClusterConfig(path, hosts, options.plan_master_port(master_port), scheduler, options)
+    return ClusterConfig(path, hosts, options.plan_master_port(master_port), scheduler, options,
+                         _hosts_ports(ck, data))
+
+
+def _hosts_ports(ck: Checker, data) -> tuple:
+    """HOSTS_PORTS: a list of ports (numbers or strings of digits, as FlagPerf writes them)."""
+    value = data.get("HOSTS_PORTS")
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        ck.add(data, "HOSTS_PORTS", f"expected a list of ports (FlagPerf's [\"2222\"]), got {value!r:.80}")
+        return ()
+    ports = []
+    for item in value:
+        text = str(item).strip() if isinstance(item, (int, str)) and not isinstance(item, bool) else ""
+        if not re.fullmatch(r"[0-9]{1,5}", text) or not 1 <= int(text) <= 65535:
+            ck.add(data, "HOSTS_PORTS", f"expected a list of TCP ports 1-65535 (numbers or strings of digits), "
+                                        f"got {item!r:.40} in it")
+            return ()
+        ports.append(int(text))
+    return tuple(ports)

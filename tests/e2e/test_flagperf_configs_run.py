@@ -64,20 +64,18 @@ def test_flagperf_python_configs_run_a_benchmark(tmp_path, flagperf_home):
     assert code == 0, out + err
     warnings = [line for line in err.splitlines() if line.startswith("flagperf: warning: ")]
     assert warnings == [
-        f"flagperf: warning: {cluster}:3: HOSTS_PORTS: accepted and ignored: FlagPerf's TensorFlow worker ports; "
-        f"flagperf starts no TensorFlow workers",
         f"flagperf: warning: {conf}:7: FLAGPERF_PATH: a FlagPerf training/ folder: its benchmarks/ "
         f"({training / 'benchmarks'}) is used as a CASE_PATHS folder; flagperf deploys its own tree to its default "
         f"FLAGPERF_PATH",
     ]
     run = check_passed_run(training / "result", PORT)
     log = (run / "flagperf_run.log").read_text()
-    assert f"WARNING config: {cluster}:3: HOSTS_PORTS: accepted and ignored" in log
     assert f"WARNING config: {conf}:7: FLAGPERF_PATH: a FlagPerf training/ folder" in log
     effective = yaml.safe_load((run / "effective_config.yaml").read_text())
     assert effective["CASE_PATHS"] == [str(training / "benchmarks")]
     assert effective["FLAGPERF_PATH"] == str(flagperf_home)         # not FlagPerf's folder
     assert effective["cluster"]["MASTER_PORT"] == PORT
+    assert effective["cluster"]["HOSTS_PORTS"] == [2222]        # FlagPerf's "2222", for training launchers
     assert effective["CASES"] == {"gemm:pytorch_2.0:cpu:1:2:1": None}
 
 

@@ -63,15 +63,14 @@ def test_training_files_convert_and_plan_the_same(tmp_path, run_cli):
            f"CASE_PATHS folder (below)." in test_text
     assert "# RUNTIME is not set: flagperf's default, docker" in test_text
     assert yaml.safe_load(cluster_text) == {"HOSTS": ["10.1.2.2", "10.1.2.3", "10.1.2.4"], "MASTER_PORT": 29501,
-                                            "SSH_PORT": 22}
-    assert f"# dropped HOSTS_PORTS: ['2222']: {FLAGPERF_IGNORED['HOSTS_PORTS']}" in cluster_text
+                                            "SSH_PORT": 22, "HOSTS_PORTS": ["2222"]}
     assert "# MASTER_PORT: was the string '29501'\nMASTER_PORT: 29501\n" in cluster_text
     assert "# SSH_PORT: was the string '22'\nSSH_PORT: 22\n" in cluster_text
 
     original, original_err = dry_run(run_cli, tmp_path, "--config", conf, "--cluster", cluster)
     converted, converted_err = dry_run(run_cli, tmp_path, "--config", out_dir / "test_conf.yaml")
     assert converted == original
-    assert converted_err == "" and "HOSTS_PORTS" in original_err      # the converted files need no warning
+    assert converted_err == "" and "FLAGPERF_PATH" in original_err    # the converted files need no warning
 
 
 def test_base_host_yaml_converts_and_plans_the_same(tmp_path, run_cli):
@@ -88,10 +87,10 @@ def test_base_host_yaml_converts_and_plans_the_same(tmp_path, run_cli):
     assert test["CASE_PATHS"] == [str(root / "benchmarks")] and "FLAGPERF_PATH" not in test
     assert test["FLAGPERF_LOG_PATH"] == str(tmp_path / "configs" / "result")
     assert f"# FLAGPERF_LOG_PATH: 'result' resolved against {tmp_path / 'configs'}" in test_text
-    assert "# CLUSTER: the hosts (HOSTS, SSH_PORT, MASTER_PORT moved there)" in test_text
+    assert "# CLUSTER: the hosts (HOSTS, SSH_PORT, HOSTS_PORTS, MASTER_PORT moved there)" in test_text
     assert not set(test) & {"HOSTS", "SSH_PORT", "MASTER_PORT", "HOSTS_PORTS"}
     assert yaml.safe_load((out_dir / "cluster.yaml").read_text()) == {
-        "HOSTS": ["192.168.1.2", "192.168.1.3"], "SSH_PORT": 22, "MASTER_PORT": 29501}
+        "HOSTS": ["192.168.1.2", "192.168.1.3"], "SSH_PORT": 22, "HOSTS_PORTS": ["2222"], "MASTER_PORT": 29501}
 
     original, _ = dry_run(run_cli, tmp_path, "--config", conf)
     converted, converted_err = dry_run(run_cli, tmp_path, "--config", out_dir / "test_conf.yaml")

@@ -72,8 +72,8 @@ def test_training_files_load(tmp_path):
     assert case.data_dir == "/raid/dataset/gemm" and case.name == "gemm-pytorch_2.0-A100-1x8"
     assert [h.address for h in c.hosts] == ["10.1.2.2", "10.1.2.3", "10.1.2.4"]
     assert {h.ssh_port for h in c.hosts} == {22} and c.master_port == 29501
+    assert c.hosts_ports == (2222,)             # FlagPerf's "2222": a training launcher's --hosts_ports
     assert cfg.warnings == (
-        f"{cluster}:7: HOSTS_PORTS: accepted and ignored: {FLAGPERF_IGNORED['HOSTS_PORTS']}",
         f"{conf}:16: FLAGPERF_PATH: a FlagPerf training/ folder: its benchmarks/ ({root / 'benchmarks'}) is used as "
         f"a CASE_PATHS folder; flagperf deploys its own tree to its default FLAGPERF_PATH",
     )
@@ -121,8 +121,8 @@ def test_base_host_yaml_loads_with_its_hosts(tmp_path):
     assert (case.key, case.model, case.framework, case.hw, case.nnodes, case.nproc, case.repeat) == \
         ("computation-FP32", "computation-FP32", "pytorch", "A100", 2, 8, 1)
     assert (case.image_dir, case.data_dir) == ("pytorch_2.3", None)
-    assert [w.split(": ")[1] for w in cfg.warnings] == ["HOSTS_PORTS", "FLAGPERF_PATH", "FLAGPERF_LOG_PATH"]
-    assert cfg.warnings[2] == (f"{conf}:2: FLAGPERF_LOG_PATH: 'result' resolves against this file's folder "
+    assert [w.split(": ")[1] for w in cfg.warnings] == ["FLAGPERF_PATH", "FLAGPERF_LOG_PATH"]
+    assert cfg.warnings[1] == (f"{conf}:2: FLAGPERF_LOG_PATH: 'result' resolves against this file's folder "
                                f"({tmp_path / 'configs'}), not against FlagPerf's FLAGPERF_PATH")
     effective = cfg.to_dict()
     assert effective["BENCHMARKS_OR_TOOLKITS"] == "BENCHMARK" and effective["CASES"] == {
@@ -215,11 +215,11 @@ def test_base_config_with_cluster_option_and_missing_checkout(tmp_path, write, r
 
 
 def test_warnings_are_printed_one_line_each_before_the_plan(tmp_path, write, run_cli):
-    conf, root = base_conf(tmp_path, write, extra='HOSTS_PORTS: ["2222"]')
+    conf, root = base_conf(tmp_path, write, extra='TEST_TYPE: base')
     rc, out, err = run_cli("run", "--config", conf, "--dry-run", cwd=tmp_path)
     assert rc == 0, out + err
     assert err.splitlines() == [
-        f"{WARN}{conf}:8: HOSTS_PORTS: accepted and ignored: {FLAGPERF_IGNORED['HOSTS_PORTS']}",
+        f"{WARN}{conf}:8: TEST_TYPE: accepted and ignored: {FLAGPERF_IGNORED['TEST_TYPE']}",
         f"{WARN}{conf}:1: FLAGPERF_PATH: a FlagPerf base/ folder: its benchmarks/ ({root / 'benchmarks'}) is used "
         f"as a CASE_PATHS folder; flagperf deploys its own tree to its default FLAGPERF_PATH",
     ]
@@ -339,17 +339,16 @@ def test_close_key(word, known, hint):
 
 
 def test_ignored_keys_warn_in_either_file(tmp_path, write, run_cli):
-    cluster = write(tmp_path, "cluster.yaml", 'HOSTS: [localhost]\nHOSTS_PORTS: [" "]\nMASTER_PORT: 30151\n')
+    cluster = write(tmp_path, "cluster.yaml", 'HOSTS: [localhost]\nHOSTS_PORTS: ["2222"]\nMASTER_PORT: 30151\n')
     path = write(tmp_path, "test.yaml", conf("TEST_TYPE: training", "FLAGPERF_LOG_PATH_CONTAINER: /x",
                                              "LOG_CALL_INFORMATION: true", "DEVICE: 0", "NPROC_PER_NODE: 8",
                                              "CLUSTER: cluster.yaml"))
     rc, out, err = run_cli("run", "--config", path, "--dry-run", cwd=tmp_path)
     assert rc == 0, out + err
     assert [line.split(": ")[3] for line in err.splitlines()] == [
-        "TEST_TYPE", "FLAGPERF_LOG_PATH_CONTAINER", "LOG_CALL_INFORMATION", "DEVICE", "HOSTS_PORTS", "NPROC_PER_NODE"]
+        "TEST_TYPE", "FLAGPERF_LOG_PATH_CONTAINER", "LOG_CALL_INFORMATION", "DEVICE", "NPROC_PER_NODE"]
     assert all(line.startswith(WARN) for line in err.splitlines())
-    assert err.splitlines()[4] == f"{WARN}{cluster}:2: HOSTS_PORTS: accepted and ignored: " \
-                                  f"{FLAGPERF_IGNORED['HOSTS_PORTS']}"
+    assert "HOSTS_PORTS" not in err and str(cluster) not in err        # used: a training launcher's --hosts_ports
     assert err.splitlines()[-1] == (f"{WARN}{path}:8: NPROC_PER_NODE: accepted and ignored: it counts only with "
                                     f"BENCHMARKS_OR_TOOLKITS (a FlagPerf base config); each case key gives its nproc")
 

@@ -13,7 +13,7 @@ from pathlib import Path, PurePosixPath
 import pytest
 
 from flagperf.caselaunch import TRAINING_PREPARE_AND_START, deploy_folders, tree_dir
-from flagperf.catalog import benchmark_names, find_case, training_frameworks, training_tree
+from flagperf.catalog import benchmark_names, training_frameworks, training_tree
 from flagperf.config import load_config
 from flagperf.containers import PREPARE_AND_LAUNCH
 from flagperf.errors import ConfigError
@@ -159,7 +159,8 @@ def test_the_preparation_script_runs_each_step_and_stops_on_failure(tmp_path):
     env.write_text("export CASE_ENV=ok\necho sourcing\n")
     csrc = tmp_path / "csrc"
     csrc.mkdir()
-    (csrc / "setup.py").write_text("import os, sys\nprint('built', sys.argv[1:], os.getcwd() != os.environ['EXTENSION_SOURCE_DIR'])\n")
+    (csrc / "setup.py").write_text("import os, sys\n"
+                                   "print('built', sys.argv[1:], os.getcwd() != os.environ['EXTENSION_SOURCE_DIR'])\n")
     fake_py = tmp_path / "py"
     fake_py.write_text(f"#!/bin/sh\nif [ \"$1\" = -m ]; then echo pip \"$@\"; exit ${{PIP_EXIT:-0}}; fi\n"
                        f"exec {sys.executable} \"$@\"\n")
@@ -308,3 +309,19 @@ def test_shlex_of_the_dry_run_command_is_the_argv(tmp_path):
     cfg = load_config(training_conf(tmp_path, tree, ["cpm:pytorch_1.8:A100:1:8:1"]), cluster_conf(tmp_path))
     argv = build_plan(cfg).cases[0].rounds[0].nodes[0].launch.argv
     assert shlex.split(shlex.join(argv)) == argv
+
+
+def test_hosts_ports_reach_the_launcher_and_bad_ones_are_refused(tmp_path):
+    tree = make_tree(tmp_path, models={"resnet50": "tensorflow2"})
+    cluster = tmp_path / "cluster_conf.py"
+    cluster.write_text('HOSTS = ["127.0.0.1"]\nHOSTS_PORTS = ["2222", 2223]\nMASTER_PORT = "29601"\n')
+    conf = training_conf(tmp_path, tree, ["resnet50:tensorflow2:A100:1:8:1"],
+                         extra='MODEL_SOURCES = {"resnet50": "case_paths"}')
+    argv = build_plan(load_config(conf, cluster)).cases[0].rounds[0].nodes[0].launch.argv
+    assert argv[argv.index("--hosts_ports") + 1] == "2222,2223"
+    assert any(a.endswith("run_benchmarks/tensorflow2/start_tensorflow2_task.py") for a in argv)
+    cluster.write_text('HOSTS = ["127.0.0.1"]\nHOSTS_PORTS = ["22x"]\n')
+    with pytest.raises(ConfigError) as err:
+        load_config(conf, cluster)
+    assert err.value.problems == [f"{cluster}:2: HOSTS_PORTS: expected a list of TCP ports 1-65535 (numbers or "
+                                  f"strings of digits), got '22x' in it"]

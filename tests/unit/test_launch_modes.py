@@ -229,7 +229,8 @@ def fake_config(tmp_path, cases, case_paths, base_mode=None):
     """A stand-in for a Config with CASE_PATHS (the keys caselaunch reads through getattr)."""
     return SimpleNamespace(source_root=tmp_path / "src", vendor=SimpleNamespace(name="cpu"),
                            test=SimpleNamespace(case_paths=tuple(str(p) for p in case_paths), base_mode=base_mode,
-                                                cases=tuple(cases)))
+                                                cases=tuple(cases), model_sources=()),
+                           cluster=SimpleNamespace(hosts_ports=()))
 
 
 def test_case_paths_placement(tmp_path):
@@ -238,7 +239,8 @@ def test_case_paths_placement(tmp_path):
     (ext / "computation-FP32").mkdir(parents=True)
     (ext / "computation-FP32" / "main.py").write_text("")
     (ext / "drivers").mkdir()
-    case = SimpleNamespace(key="computation-FP32:pytorch_2.3:local:2:4:1", model="computation-FP32", hw="local", nnodes=2, nproc=4, data_dir=None,
+    case = SimpleNamespace(key="computation-FP32:pytorch_2.3:local:2:4:1", model="computation-FP32", hw="local",
+                           each=False, nnodes=2, nproc=4, data_dir=None,
                            framework="pytorch", framework_full="pytorch_2.3")
     cfg = fake_config(tmp_path, [case], [ext], base_mode="benchmark")
     remote = HostSpec("10.0.0.2", None, None, None, "python3", "/opt/fp")

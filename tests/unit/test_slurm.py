@@ -157,7 +157,7 @@ def test_slurm_keys_are_unknown_to_the_ssh_scheduler(tmp_path, run_cli):
     rc, out, err = run_cli("run", "--config", conf, "--dry-run")
     assert rc == 2 and err.strip() == f"{PREFIX}{tmp_path / 'cluster.yaml'}:2: SLURM_PARTITION: unknown key; " \
                                       f"known keys: SCHEDULER, HOSTS, SSH_PORT, SSH_USER, SSH_KEY, KNOWN_HOSTS, " \
-                                      f"MASTER_PORT, PYTHON", err
+                                      f"MASTER_PORT, PYTHON, HOSTS_PORTS", err
 
 
 # -- sbatch, the batch script -------------------------------------------------------------------------------------
