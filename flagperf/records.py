@@ -3,6 +3,9 @@
 - :class:`Failure`: why a round (or, in an ``each`` case, one host's job) did not pass, and where;
 - :class:`ReferenceVerdict`: one metric of a case against its reference figure (flagperf.references);
 - :class:`Ranking` and :class:`RankEntry`: an ``each`` case's hosts and GPUs ranked (flagperf.results.slownodes);
+- :class:`GpuIdentity`: which physical card a GPU index of a host is (UUID, serial, PCI bus id);
+- :class:`HealthFinding`: one health field of a GPU or host that is outside what a healthy node shows;
+- :class:`VerdictReason` and :class:`NodeVerdict`: one verdict per node (accept, degraded, reject) with every reason;
 - :class:`RunRecord`: ``run.json``, what `flagperf collect` needs to fetch a run again later.
 
 Each has ``to_dict()`` (the form summary.json or run.json stores, docs/results.md) and ``from_dict()``, which
@@ -177,6 +180,125 @@ class Ranking:
         return cls(str(d.get("case", "")), d.get("metric"), d.get("unit"), d.get("higher_is_better"),
                    str(d.get("rule") or ""), d.get("median"),
                    tuple(RankEntry.from_dict(e) for e in d.get("entries") or []), tuple(d.get("failed_hosts") or []))
+
+
+# -- GPU identity, health, node verdicts --------------------------------------------------------------------------
+
+UNKNOWN = "unknown"     # a field a device, driver or VM does not expose: never read as healthy
+VERDICTS = ("accept", "degraded", "reject")     # best first
+SEVERITIES = ("degraded", "reject")
+REASON_SOURCES = ("check", "health", "failure", "reference", "ranking", "link")
+
+
+@dataclass(frozen=True)
+class GpuIdentity:
+    """Which card a GPU of a host is: its index on the host (as the driver numbers it), UUID, serial and PCI bus
+    id ("unknown" where the device does not say), so that a person can pull the right one."""
+
+    index: int
+    uuid: str = UNKNOWN
+    serial: str = UNKNOWN
+    pci_bus_id: str = UNKNOWN
+    name: str = UNKNOWN
+
+    def label(self) -> str:
+        """``gpu 2 (GPU-5c1..., serial 1654922001234, pci 00000000:19:00.0)``."""
+        return f"gpu {self.index} ({self.uuid}, serial {self.serial}, pci {self.pci_bus_id})"
+
+    def to_dict(self) -> dict:
+        return {"index": self.index, "uuid": self.uuid, "serial": self.serial, "pci_bus_id": self.pci_bus_id,
+                "name": self.name}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "GpuIdentity":
+        if not isinstance(d, dict) or not isinstance(d.get("index"), int) or isinstance(d.get("index"), bool):
+            raise RecordError(f"gpu identity: expected a mapping with an integer index, got {d!r:.60}")
+        return cls(d["index"], *(str(d.get(k) or UNKNOWN) for k in ("uuid", "serial", "pci_bus_id", "name")))
+
+
+@dataclass(frozen=True)
+class HealthFinding:
+    """A health field outside what a healthy node shows: ``severity`` reject or degraded, the GPU it concerns
+    (None: the host), the field, the value seen, why it matters and what to do."""
+
+    host: str
+    severity: str
+    field: str
+    value: object
+    reason: str
+    remedy: str
+    gpu: GpuIdentity | None = None
+
+    def to_dict(self) -> dict:
+        return {"host": self.host, "severity": self.severity, "field": self.field, "value": self.value,
+                "reason": self.reason, "remedy": self.remedy, "gpu": self.gpu.to_dict() if self.gpu else None}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "HealthFinding":
+        if not isinstance(d, dict) or d.get("severity") not in SEVERITIES:
+            raise RecordError(f"health finding: expected a mapping with severity {' or '.join(SEVERITIES)}, "
+                              f"got {d!r:.60}")
+        gpu = GpuIdentity.from_dict(d["gpu"]) if d.get("gpu") is not None else None
+        return cls(str(d.get("host", "")), d["severity"], str(d.get("field", "")), d.get("value"),
+                   str(d.get("reason", "")), str(d.get("remedy", "")), gpu)
+
+
+@dataclass(frozen=True)
+class VerdictReason:
+    """One reason of a node's verdict: where it comes from (``source``: check, health, failure, reference,
+    ranking, link), how bad (degraded or reject), what it concerns (``subject``: "node", a GPU's label, or a link
+    "gpu 0 -> gpu 1" / "host a <-> host b"), the evidence and a remedy line."""
+
+    source: str
+    severity: str
+    subject: str
+    detail: str
+    remedy: str
+    gpu: GpuIdentity | None = None
+    case: str | None = None
+
+    def to_dict(self) -> dict:
+        return {"source": self.source, "severity": self.severity, "subject": self.subject, "detail": self.detail,
+                "remedy": self.remedy, "gpu": self.gpu.to_dict() if self.gpu else None, "case": self.case}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "VerdictReason":
+        if not isinstance(d, dict) or d.get("source") not in REASON_SOURCES or d.get("severity") not in SEVERITIES:
+            raise RecordError(f"verdict reason: expected source one of {', '.join(REASON_SOURCES)} and severity "
+                              f"{' or '.join(SEVERITIES)}, got {d!r:.80}")
+        gpu = GpuIdentity.from_dict(d["gpu"]) if d.get("gpu") is not None else None
+        return cls(d["source"], d["severity"], str(d.get("subject", "")), str(d.get("detail", "")),
+                   str(d.get("remedy", "")), gpu, d.get("case"))
+
+
+@dataclass(frozen=True)
+class NodeVerdict:
+    """One node's verdict: ``accept`` (no reason), ``degraded`` (only degraded reasons) or ``reject`` (a reject
+    reason), with every reason."""
+
+    host: str
+    verdict: str
+    reasons: tuple = ()         # (VerdictReason, ...)
+    gpus: tuple = ()            # (GpuIdentity, ...): the node's GPUs as the run saw them
+
+    @classmethod
+    def of(cls, host: str, reasons, gpus=()) -> "NodeVerdict":
+        severities = {r.severity for r in reasons}
+        verdict = "reject" if "reject" in severities else "degraded" if severities else "accept"
+        return cls(host, verdict, tuple(reasons), tuple(gpus))
+
+    def to_dict(self) -> dict:
+        return {"host": self.host, "verdict": self.verdict, "reasons": [r.to_dict() for r in self.reasons],
+                "gpus": [g.to_dict() for g in self.gpus]}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "NodeVerdict":
+        if not isinstance(d, dict) or d.get("verdict") not in VERDICTS:
+            raise RecordError(f"node verdict: expected a mapping with verdict one of {', '.join(VERDICTS)}, "
+                              f"got {d!r:.60}")
+        return cls(str(d.get("host", "")), d["verdict"],
+                   tuple(VerdictReason.from_dict(r) for r in d.get("reasons") or []),
+                   tuple(GpuIdentity.from_dict(g) for g in d.get("gpus") or []))
 
 
 # -- run.json ---------------------------------------------------------------------------------------------------
