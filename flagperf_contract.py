@@ -31,7 +31,8 @@ LAUNCH_SCHEMA = "flagperf.launch/1"
 RANKS_SCHEMA = "flagperf.ranks/1"
 MONITOR_STATUS_SCHEMA = "flagperf.monitor-status/1"
 PERFLOG_SCHEMA = "flagperf.perflog/1"
-SCHEMAS = (LAUNCH_SCHEMA, RANKS_SCHEMA, MONITOR_STATUS_SCHEMA, PERFLOG_SCHEMA)
+HEALTH_SCHEMA = "flagperf.health/1"
+SCHEMAS = (LAUNCH_SCHEMA, RANKS_SCHEMA, MONITOR_STATUS_SCHEMA, PERFLOG_SCHEMA, HEALTH_SCHEMA)
 
 # ------------------------------------------------------------------------------- files in a node directory
 LAUNCH_FILE = "launch.json"             # LaunchSpec, written by the driver
@@ -47,6 +48,7 @@ MONITOR_OUTPUT = "monitor.out.log"      # the monitor's stdout/stderr
 NATIVE_MONITOR_DIR = "flagperf"         # flagperf's own monitor data files under MONITOR_FORMAT: flagperf (FlagPerf's
                                         # files then take the node directory's top level, under FlagPerf's names)
 SYS_INFO_FILE = "sys_info.log"          # the host's OS, CPU, memory, accelerators and versions (monitor, at start)
+HEALTH_FILE = "health.json"             # passive health of the GPUs and the host (monitor, monitors/health.py)
 NODE_COMMAND_LOG = "node.out.log"       # stdout+stderr of a node command (launch mode "node")
 HOST_SENSORS = ("cpu", "mem", "pwr")    # every other <name>_monitor.log is the accelerator file of a vendor
 

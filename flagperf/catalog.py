@@ -350,11 +350,13 @@ def find_case(source_root: Path, case_paths, model: str, vendor: str, hw: str, b
 
 def find_case_of(source_root: Path, case_paths, vendor: str, case, base_mode: str | None = None,
                  model_sources=None) -> tuple:
-    """find_case for a CaseSpec (its model, framework, hw and shape; an ``each`` case is one node per job)."""
+    """find_case for a CaseSpec (its model, framework, hw and shape; an ``each`` case is one node per job, a
+    ``pairs`` case two)."""
     return find_case(source_root, tuple(str(p) for p in case_paths), case.model, vendor, case.hw,
                      base_mode.lower() if base_mode else None, framework=case.framework,
                      framework_full=case.framework_full or case.framework,
-                     nnodes=1 if getattr(case, "each", False) else case.nnodes, nproc=case.nproc,
+                     nnodes=1 if getattr(case, "each", False) else 2 if getattr(case, "pairs", False) else case.nnodes,
+                     nproc=case.nproc,
                      prefer=(model_sources or {}).get(case.model))
 
 
@@ -367,7 +369,7 @@ def case_problems(config_path, source_root: Path, case_paths, vendor: str, cases
     seen: dict = {}
     for case in cases:
         key = (case.model, case.framework, case.framework_full, case.hw, case.nnodes, case.nproc,
-               getattr(case, "each", False))
+               getattr(case, "each", False), getattr(case, "pairs", False))
         if key not in seen:
             seen[key] = find_case_of(source_root, case_paths, vendor, case, base_mode, model_sources)[1]
         for p in seen[key]:     # benchmark.yaml problems name that file; the others are about the case

@@ -27,6 +27,14 @@ accept_option = click.option(
 cluster_option = click.option(
     "--cluster", "cluster_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
     help="Cluster config (YAML, or FlagPerf's cluster_conf.py); overrides CLUSTER of the test config.")
+junit_option = click.option(
+    "--junit", "junit_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+    help="Also write the node verdicts as JUnit XML to FILE (one test case per node and reason source).")
+prometheus_option = click.option(
+    "--prometheus", "prometheus_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+    help="Also write the node verdicts as Prometheus text exposition to FILE (for a node exporter's textfile "
+         "collector: name it *.prom).")
+EXPORT_PACKAGES = {"junit": "junitparser", "prometheus": "prometheus_client"}     # what each export needs
 
 
 def _print_notes(summary) -> None:
@@ -64,6 +72,47 @@ def _exit_config(exc: ConfigError, prefix="config error: "):
     sys.exit(EXIT_CONFIG)
 
 
+def _check_exports(junit_path, prometheus_path) -> None:
+    """--junit and --prometheus name files that can be written (their folder exists): checked before anything
+    runs, so that a typo costs no run; exit 2 with one line per problem."""
+    problems = []
+    for option, path in (("--junit", junit_path), ("--prometheus", prometheus_path)):
+        if path is None:
+            continue
+        if path.is_dir():
+            problems.append(f"{option} {path}: is a directory; expected the file to write")
+        elif not path.parent.is_dir():
+            problems.append(f"{option} {path}: the folder {path.parent} does not exist")
+    if problems:
+        _exit_config(ConfigError(problems), prefix="")
+    if prometheus_path is not None and prometheus_path.suffix != ".prom":
+        click.echo(f"flagperf: warning: --prometheus {for_terminal(prometheus_path)}: a node exporter's textfile "
+                   f"collector reads only files named *.prom", err=True)
+
+
+def _write_exports(console, summary, junit_path, prometheus_path) -> bool:
+    """Write the verdicts to the files --junit and --prometheus name (atomically: a reader sees the old file or
+    the new one whole); one line each, the path or why it could not be written. False when one could not be."""
+    from flagperf.reporters import reporter
+    from flagperf_contract import write_atomic
+    ok = True
+    for name, path in (("junit", junit_path), ("prometheus", prometheus_path)):
+        if path is None:
+            continue
+        try:
+            write_atomic(path, reporter(name).render(summary))
+        except ImportError:
+            why = f"needs the Python package {EXPORT_PACKAGES[name]} (pip install {EXPORT_PACKAGES[name]})"
+        except OSError as exc:
+            why = f"cannot write {path}: {exc.strerror or exc}"
+        else:
+            console.print(f"report {name}: {for_terminal(path)}", markup=False)
+            continue
+        ok = False
+        click.echo(f"flagperf: report {name}: {for_terminal(why)}", err=True)
+    return ok
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="flagperf")
 def main():
@@ -79,9 +128,12 @@ def main():
 @cluster_option
 @accept_option
 @click.option("--dry-run", is_flag=True, help="Print the plan (hosts, ranks, commands, paths) and touch nothing.")
-def run(config_path, cluster_path, accept_new_host_keys, dry_run):
+@junit_option
+@prometheus_option
+def run(config_path, cluster_path, accept_new_host_keys, dry_run, junit_path, prometheus_path):
     """Run every case of the test config, collect the results and summarise them."""
     cfg = _load(config_path, cluster_path)
+    _check_exports(junit_path, prometheus_path)
     from flagperf.plan import build_plan
     try:
         plan = build_plan(cfg)
@@ -133,18 +185,23 @@ def run(config_path, cluster_path, accept_new_host_keys, dry_run):
         sys.exit(EXIT_INTERNAL)
     console.print(reporter("terminal").render(runner.summary))
     _print_rankings(console, runner.summary)
+    if not _write_exports(console, runner.summary, junit_path, prometheus_path) and code == EXIT_OK:
+        code = 1            # like a summary.json that could not be written
     console.print(f"results: {for_terminal(plan.run_dir)}", markup=False)
     sys.exit(code)
 
 
 def _print_rankings(console, summary):
-    """each cases: the hosts (and GPUs) ranked, then every outlier on a line of its own."""
+    """each cases: the hosts (and GPUs) ranked, then every outlier on a line of its own; then the node verdicts."""
     from flagperf.reporters import reporter
     terminal = reporter("terminal")
     for table in terminal.rankings(summary):
         console.print(table)
     for line in terminal.outlier_lines(summary):
         console.print(line, style="bold red", markup=False, highlight=False)
+    verdicts = terminal.verdicts(summary)
+    if verdicts is not None:
+        console.print(verdicts)
 
 
 @main.command()
@@ -293,9 +350,11 @@ def clean(config_path, cluster_path, accept_new_host_keys, run_id):
 @click.option("--markdown", "as_markdown", is_flag=True, help="Print the Markdown report instead of the table.")
 @click.option("--html", "as_html", is_flag=True,
               help="(Re)write report.html (plots, from summary.json and series.json); print its path.")
-def report(run_dir, config_path, as_markdown, as_html):
+@junit_option
+@prometheus_option
+def report(run_dir, config_path, as_markdown, as_html, junit_path, prometheus_path):
     """Show a run (default: the latest under FLAGPERF_LOG_PATH): the table and every failure; (re)writes its
-    reports (report.md, report.html)."""
+    reports (report.md, report.html), and with --junit or --prometheus writes the node verdicts there."""
     from flagperf.collect import latest_run
     from flagperf.reporters import reporter, write_reports
     from flagperf.results.series import summarise_series
@@ -309,6 +368,7 @@ def report(run_dir, config_path, as_markdown, as_html):
     except SummaryError as exc:
         _exit_config(ConfigError(str(exc)), prefix="")
     _print_notes(summary)
+    _check_exports(junit_path, prometheus_path)
     if summary.series is None:      # a run summarised before series.json: its node directories, read once now
         try:
             summary.series = summarise_series(summary, run_dir)
@@ -316,17 +376,20 @@ def report(run_dir, config_path, as_markdown, as_html):
             pass
     written = write_reports(summary, run_dir)
     console = _console()
+    # --html and --markdown keep stdout for the path or the Markdown alone: the exports go on stderr
+    exported = (_write_exports(_console(stderr=True), summary, junit_path, prometheus_path)
+                if as_html or as_markdown else True)
     if as_html:
         html = next((o for o in written if o.name == "html"), None)
         if html is None or html.path is None:
             click.echo(f"flagperf: {for_terminal(html.error) if html else 'no html reporter registered'}", err=True)
             sys.exit(1)
         click.echo(for_terminal(html.path))
-        return
+        sys.exit(EXIT_OK if exported else 1)
     if as_markdown:
         console.print(for_terminal(reporter("markdown").render(summary), newlines=True, limit=MARKDOWN_MAX_CHARS),
                       markup=False)
-        return
+        sys.exit(EXIT_OK if exported else 1)
     terminal = reporter("terminal")
     console.print(terminal.render(summary))
     _print_rankings(console, summary)
@@ -334,6 +397,8 @@ def report(run_dir, config_path, as_markdown, as_html):
         console.print(line, markup=False)
     for o in written:
         console.print(f"report {o.name}: {for_terminal(o.path if o.path is not None else o.error)}", markup=False)
+    if not _write_exports(console, summary, junit_path, prometheus_path):
+        sys.exit(1)
 
 
 @main.command()

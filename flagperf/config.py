@@ -75,6 +75,7 @@ class CaseSpec:
     repeat: int
     data_dir: str | None = None
     each: bool = False          # nnodes "each": one independent single-node job per host (nnodes: every HOSTS entry)
+    pairs: bool = False         # nnodes "pairs": a 2-node job on every pair of hosts, in round-robin stages
     framework_full: str = ""    # the framework field as written (pytorch_2.0); ``framework`` is its part before "_"
     extra: tuple = ()           # fields after the sixth (FlagPerf ignores them; so does flagperf, with a warning)
     image_dir: str | None = None    # a FlagPerf base case's image directory (its CASES value)
@@ -103,11 +104,11 @@ class CaseSpec:
             if name == "nproc" and value.lower() == "auto":
                 numbers.append(None)
                 continue
-            if name == "nnodes" and value.lower() == "each":
+            if name == "nnodes" and value.lower() in ("each", "pairs"):
                 numbers.append(0)       # the number of hosts: set when the cluster is known (load_config)
                 continue
             if not re.fullmatch(r"[0-9]+", value) or not value.strip("0"):
-                more = {"nproc": " or auto", "nnodes": " or each"}.get(name, "")
+                more = {"nproc": " or auto", "nnodes": ", each or pairs"}.get(name, "")
                 raise ValueError(f"{name} must be a positive integer{more}, got {value!r}")
             if len(value.lstrip("0")) > 6 or int(value) > cls.LIMITS[name]:
                 raise ValueError(f"{name} must be at most {cls.LIMITS[name]}, got {value!r}")
@@ -115,11 +116,12 @@ class CaseSpec:
         model, framework, hw = parts[:3]
         nnodes, nproc, repeat = numbers
         return cls(key, model, framework.partition("_")[0], hw, nnodes, nproc, repeat, data_dir=data_dir,
-                   each=parts[3].lower() == "each", framework_full=framework, extra=extra)
+                   each=parts[3].lower() == "each", pairs=parts[3].lower() == "pairs", framework_full=framework,
+                   extra=extra)
 
     @property
     def name(self) -> str:
-        nodes = "each" if self.each else self.nnodes
+        nodes = "each" if self.each else "pairs" if self.pairs else self.nnodes
         framework = self.framework_full or self.framework
         return f"{self.model}-{framework}-{self.hw}-{nodes}x{'auto' if self.nproc is None else self.nproc}"
 
@@ -223,10 +225,27 @@ def load_config(test_path, cluster_override=None, *, source_root: Path = SOURCE_
         t = config.test
         problems.extend(case_problems(t.path, config.source_root, t.case_paths, config.vendor.name, t.cases,
                                       t.base_mode, t.model_source_map))
+        problems.extend(_pairs_problems(config))
     if problems:
         raise ConfigError([one_line(p) for p in problems])
     assert config is not None
     return _with_preparation_warnings(config)
+
+
+def _pairs_problems(config: Config) -> list:
+    """A ``pairs`` case of a FlagPerf training tree is refused: its launcher takes the round as a number and
+    writes into ``round<k>/``, while a pairs case's rounds are ``round<k>-stage<s>/``."""
+    t, out = config.test, []
+    for case in t.cases:
+        if not case.pairs:
+            continue
+        src, _ = find_case_of(config.source_root, t.case_paths, config.vendor.name, case, t.base_mode,
+                              t.model_source_map)
+        if src is not None and src.training is not None:
+            out.append(f"{t.path}: CASES[{case.key!r}]: nnodes pairs runs flagperf's benchmarks and toolkits, not "
+                       f"a FlagPerf training case (its launcher names its round folders by number); give it a "
+                       f"number of nodes")
+    return out
 
 
 def _with_preparation_warnings(config: Config) -> Config:
@@ -307,7 +326,7 @@ def _load_config(test_path, cluster_override, problems, source_root, detect) -> 
                                             "(a FlagPerf base config); each case key gives its nproc")
         # a scheduler that picks the nodes has no host list to check the cases against
         cases = _load_cases(ck, data, cluster if cluster is None or cluster.hosts else None, vendor, source_root,
-                            case_paths)
+                            case_paths, cluster.scheduler if cluster is not None and not cluster.hosts else None)
     references, reference_files = _load_references(ck, data, vendor, source_root, case_paths)
     if problems:
         return None
@@ -466,7 +485,9 @@ def _load_references(ck: Checker, data, vendor, source_root, case_paths=()) -> t
     return path, (ref,) if ref is not None else ()
 
 
-def _load_cases(ck: Checker, data, cluster, vendor, source_root, case_paths=()) -> list:
+def _load_cases(ck: Checker, data, cluster, vendor, source_root, case_paths=(), no_host_list: str | None = None) \
+        -> list:
+    """The case keys of CASES; ``no_host_list``: the scheduler, when it picks the nodes itself (no HOSTS)."""
     cases_map = data.get("CASES")
     if "CASES" not in data:
         ck.problems.append(f"{ck.path}: CASES: required key is missing; expected a mapping "
@@ -490,6 +511,11 @@ def _load_cases(ck: Checker, data, cluster, vendor, source_root, case_paths=()) 
         if data_dir is not None and not isinstance(data_dir, str):
             ck.add(cases_map, key, f"expected the data directory as a string (or null), got {data_dir!r}", label)
             continue
+        if case.pairs and no_host_list is not None:
+            ck.add(cases_map, key, f"nnodes pairs pairs the hosts of HOSTS, but SCHEDULER {no_host_list!r} picks "
+                                   f"its nodes itself; list the hosts (SCHEDULER: ssh) or give a number of nodes",
+                   label)
+            continue
         if data_dir is not None and ":" in data_dir:
             ck.add(cases_map, key, f"the data directory may not hold ':' (it is bind-mounted as "
                                    f"host:container), got {data_dir!r}", label)
@@ -509,9 +535,12 @@ def _load_cases(ck: Checker, data, cluster, vendor, source_root, case_paths=()) 
             suffix = f" (from {case.framework_full!r})" if case.framework_full != case.framework else ""
             ck.add(cases_map, key, f"framework {case.framework!r}{suffix} is not provided by vendor "
                                    f"{vendor.name!r}; expected one of: {', '.join(vendor.frameworks)}", label)
-        nnodes = len(cluster.hosts) if case.each and cluster is not None else case.nnodes
-        if case.each and cluster is not None:
-            _check_each(ck, cases_map, key, label, cluster)
+        nnodes = len(cluster.hosts) if (case.each or case.pairs) and cluster is not None else case.nnodes
+        if (case.each or case.pairs) and cluster is not None:
+            if case.each:
+                _check_each(ck, cases_map, key, label, cluster)
+            else:
+                _check_pairs(ck, cases_map, key, label, cluster)
             if resolved and any(h.is_local for h in cluster.hosts) and not is_("is_dir", resolved):
                 ck.add(cases_map, key, f"data directory {resolved} does not exist on localhost", label)
         elif cluster is not None and case.nnodes > len(cluster.hosts):
@@ -526,8 +555,8 @@ def _load_cases(ck: Checker, data, cluster, vendor, source_root, case_paths=()) 
             if not is_("is_dir", resolved):
                 ck.add(cases_map, key, f"data directory {resolved} does not exist on localhost", label)
         cases.append(CaseSpec(key, case.model, case.framework, case.hw, nnodes, case.nproc, case.repeat,
-                              data_dir=resolved, each=case.each, framework_full=case.framework_full,
-                              extra=case.extra))
+                              data_dir=resolved, each=case.each, pairs=case.pairs,
+                              framework_full=case.framework_full, extra=case.extra))
     return cases
 
 
@@ -720,6 +749,25 @@ def _check_each(ck: Checker, cases_map, key, label, cluster) -> None:
     if cluster.master_port + count - 1 > 65535:
         ck.add(cases_map, key, f"nnodes each: the {count} hosts listen on MASTER_PORT {cluster.master_port} to "
                                f"{cluster.master_port + count - 1}, past 65535; lower MASTER_PORT", label)
+
+
+def _check_pairs(ck: Checker, cases_map, key, label, cluster) -> None:
+    """A ``pairs`` case runs a 2-node job on every pair of the distinct hosts, up to n/2 jobs at a time, job j's
+    node 0 listening on MASTER_PORT + j: at least 2 hosts, every such port, and no localhost beside SSH hosts
+    (those could not reach its MASTER_ADDR 127.0.0.1)."""
+    hosts = {h.address: h for h in cluster.hosts}
+    count = len(hosts)
+    if count < 2:
+        where_ = cluster.path or "the default cluster (localhost)"
+        ck.add(cases_map, key, f"nnodes pairs needs at least 2 hosts in HOSTS, {where_} lists {count}", label)
+        return
+    if cluster.master_port + count // 2 - 1 > 65535:
+        ck.add(cases_map, key, f"nnodes pairs: the {count // 2} simultaneous pair jobs listen on MASTER_PORT "
+                               f"{cluster.master_port} to {cluster.master_port + count // 2 - 1}, past 65535; "
+                               f"lower MASTER_PORT", label)
+    if any(h.is_local for h in hosts.values()) and any(not h.is_local for h in hosts.values()):
+        ck.add(cases_map, key, "nnodes pairs: 'localhost' is listed beside SSH hosts, which cannot reach its "
+                               "MASTER_ADDR 127.0.0.1; list this machine by an address they can reach", label)
 
 
 def default_cluster() -> ClusterConfig:

@@ -11,7 +11,7 @@
             stop launchers and monitors -> clean up nodes -> collect
             judge: read back every node, results.interpret decides             stages.judge
         reference verdicts                                                     stages.finish.check_references
-    rankings, summary.json, every reporter (report.md, report.html)            stages.finish.finish
+    rankings, node verdicts, summary.json, every reporter (report.md, .html)   stages.finish.finish
     the exit code                                                              results.interpret.run_exit_code
 
 Everything that touches a host goes through the backend the cluster config names (``flagperf.backends``);

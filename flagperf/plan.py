@@ -50,6 +50,7 @@ class NodePlan:
     case_config: dict       # written to <node_dir>/case_config.json for the ranks
     container: ContainerRun | None = None
     master_port: int = 0    # where rank 0 listens (MASTER_PORT; a scheduler's placeholder until its job runs)
+    job: int | None = None  # a pairs round: the index of the 2-node job this node belongs to (None: any other)
 
     @property
     def label(self) -> str:
@@ -67,9 +68,20 @@ class NodePlan:
 
 @dataclass(frozen=True)
 class RoundPlan:
-    index: int
+    index: int              # from 1, every round of the case in order
     local_dir: Path
     nodes: tuple
+    stage: int | None = None    # a pairs case: the round-robin stage (from 1); ``repeat``: which repeat (from 1)
+    repeat: int | None = None
+
+    @property
+    def jobs(self) -> list:
+        """The node labels of every 2-node job of a pairs round, node 0 first, in job order; [] otherwise."""
+        jobs: dict = {}
+        for n in self.nodes:
+            if n.job is not None:
+                jobs.setdefault(n.job, []).append(n.label)
+        return list(jobs.values())
 
 
 @dataclass(frozen=True)
@@ -84,7 +96,11 @@ class CasePlan:
 
     @property
     def hosts(self) -> tuple:
-        return tuple(n.host for n in self.rounds[0].nodes) if self.rounds else ()
+        """The first round's hosts, then any host only a later round has (a pairs case's stages differ)."""
+        first = [n.host for n in self.rounds[0].nodes] if self.rounds else []
+        seen = {h.address for h in first}
+        later = [n.host for r in self.rounds[1:] for n in r.nodes if n.host.address not in seen]
+        return tuple(first + list({h.address: h for h in later}.values()))
 
     @property
     def env(self) -> dict:
@@ -146,7 +162,7 @@ def merged_case_config(config: Config, case: CaseSpec) -> tuple:
         src.root / "case_config.yaml",    # benchmarks/<model>/ or a CASE_PATHS folder
         vdir / "case_config.yaml",
         vdir / f"config_{case.hw}.yaml",
-        vdir / f"config_{case.hw}x{1 if case.each else case.nnodes}x{case.nproc}.yaml",   # each: 1 node per job
+        vdir / f"config_{case.hw}x{job_nnodes(case)}x{case.nproc}.yaml",     # each: 1 node per job, pairs: 2
     ] if src.training is None else []     # a FlagPerf training case reads its own vendor config
     merged: dict = {}
     env: dict | None = None
@@ -179,11 +195,18 @@ def merged_case_config(config: Config, case: CaseSpec) -> tuple:
             merged["vendor_peaks"] = data
     if problems:
         raise ConfigError(problems)
-    merged.update(model=case.model, framework=case.framework, hw=case.hw, nnodes=1 if case.each else case.nnodes,
+    merged.update(model=case.model, framework=case.framework, hw=case.hw, nnodes=job_nnodes(case),
                   nproc=case.nproc, data_dir=case.data_dir)
     if case.each:
         merged["each"] = True
+    if case.pairs:      # not "pairs": a benchmark's own key (p2p's rank pairs)
+        merged["pairwise"] = True
     return merged, tuple(used)
+
+
+def job_nnodes(case: CaseSpec) -> int:
+    """The nodes of one job: 1 for an ``each`` case, 2 for a ``pairs`` case, else the case's nnodes."""
+    return 1 if case.each else 2 if case.pairs else case.nnodes
 
 
 def case_env(path, data: dict, visible_devices_env: str | None = None) -> tuple:
@@ -258,10 +281,10 @@ def build_plan(config: Config, run_id: str | None = None, accelerators: dict | N
     cases = []
     for case, name in zip(resolved, case_names(resolved)):
         case_cfg, files = merged_case_config(config, case)
-        if case.each:       # one job per host: the plan's nnodes is the number of jobs
-            case = dataclasses.replace(case, nnodes=len(each_hosts(config)))
-        rounds = []
-        for k in range(1, case.repeat + 1):
+        if case.each or case.pairs:     # each: one job per host, the plan's nnodes is the number of jobs;
+            case = dataclasses.replace(case, nnodes=len(each_hosts(config)))      # pairs: the hosts it pairs
+        rounds = pair_rounds(config, case, name, case_cfg, run_id, run_dir) if case.pairs else []
+        for k in range(1, case.repeat + 1) if not case.pairs else ():
             round_rel = PurePosixPath(run_id, name, f"round{k}")
             master = config.cluster.hosts[0]
             if case.each:
@@ -277,8 +300,49 @@ def build_plan(config: Config, run_id: str | None = None, accelerators: dict | N
     return Plan(run_id, run_dir, config, tuple(cases), tuple(notes))
 
 
+def pair_schedule(n: int) -> list:
+    """The round-robin schedule of ``n`` hosts (the circle method): n-1 stages of n/2 pairs for an even n, n
+    stages of (n-1)/2 pairs for an odd n (one host sits out each stage), each stage a list of disjoint pairs
+    ``(i, j)`` of host indices, i < j, so that every pair comes exactly once and no host twice in a stage; [] for
+    fewer than 2 hosts."""
+    if n < 2:
+        return []
+    ring = list(range(n)) + ([None] if n % 2 else [])
+    m = len(ring)
+    stages = []
+    for _ in range(m - 1):
+        pairs = [(ring[i], ring[m - 1 - i]) for i in range(m // 2)]
+        stages.append(sorted((min(a, b), max(a, b)) for a, b in pairs if a is not None and b is not None))
+        ring = [ring[0], ring[-1], *ring[1:-1]]         # host 0 stays, the others turn one place
+    return stages
+
+
+def pair_rounds(config: Config, case: CaseSpec, name: str, case_cfg: dict, run_id: str, run_dir: Path) -> list:
+    """The rounds of a ``pairs`` case: for every repeat k, every stage s of :func:`pair_schedule` is one round
+    (directory ``round<k>-stage<s>``) whose nodes are the stage's 2-node jobs: job j pairs hosts a and b (a first
+    in HOSTS), a is node 0 and the job's master, listening on :func:`each_port` (MASTER_PORT + j)."""
+    hosts = each_hosts(config)
+    job_case = dataclasses.replace(case, nnodes=2)
+    rounds, index = [], 0
+    for k in range(1, case.repeat + 1):
+        for s, stage in enumerate(pair_schedule(len(hosts)), 1):
+            index += 1
+            folder = f"round{k}-stage{s}"
+            round_rel = PurePosixPath(run_id, name, folder)
+            nodes = []
+            for j, (a, b) in enumerate(stage):
+                pair = (hosts[a], hosts[b])
+                nodes += [_node(config, job_case, name, index, case_cfg, host, node_rank, pair[0], run_id, round_rel,
+                                run_dir, master_port=each_port(config, j), slot=2 * j + node_rank, job_hosts=pair,
+                                job=j)
+                          for node_rank, host in enumerate(pair)]
+            rounds.append(RoundPlan(index, run_dir / name / folder, tuple(nodes), stage=s, repeat=k))
+    return rounds
+
+
 def each_hosts(config: Config) -> tuple:
-    """The hosts an ``each`` case runs on: every address of HOSTS once, in order (host i is job i)."""
+    """The hosts an ``each`` case runs on: every address of HOSTS once, in order (host i is job i); the hosts a
+    ``pairs`` case pairs."""
     seen, out = set(), []
     for h in config.cluster.hosts:
         if h.address not in seen:
@@ -288,8 +352,9 @@ def each_hosts(config: Config) -> tuple:
 
 
 def each_port(config: Config, index: int) -> int:
-    """MASTER_PORT of job ``index`` of an ``each`` case: MASTER_PORT + index, so that jobs never share a port, also
-    where several hosts are one machine (the SSH test bed) or listen on every address."""
+    """MASTER_PORT of job ``index`` of an ``each`` case (or of a ``pairs`` round): MASTER_PORT + index, so that
+    jobs never share a port, also where several hosts are one machine (the SSH test bed) or listen on every
+    address."""
     return config.cluster.master_port + index
 
 
@@ -304,7 +369,8 @@ def host_result_root(host, config) -> PurePosixPath:
 
 
 def _node(config, case, case_name, round_index, case_cfg, host, node_rank, master, run_id, round_rel,
-          run_dir, *, master_port: int | None = None, slot: int | None = None) -> NodePlan:
+          run_dir, *, master_port: int | None = None, slot: int | None = None, job_hosts: tuple | None = None,
+          job: int | None = None) -> NodePlan:
     t, vendor = config.test, config.vendor
     in_container = t.runtime in config.cluster.options.container_runtimes
     port = config.cluster.master_port if master_port is None else master_port
@@ -331,7 +397,7 @@ def _node(config, case, case_name, round_index, case_cfg, host, node_rank, maste
         "FLAGPERF_FRAMEWORK": case.framework_full or case.framework,     # as written: pytorch_2.0
     }
     # what starts: every rank's argv, or one command per node (benchmark.yaml, main.sh, toolkits, torchrun)
-    hosts = (host,) if case.nnodes == 1 else config.cluster.hosts[:case.nnodes]
+    hosts = job_hosts or ((host,) if case.nnodes == 1 else config.cluster.hosts[:case.nnodes])
     cmd = node_command(config, case, host, python=python, node_rank=node_rank, node_dir=node_dir,
                        master_addr=master_addr, master_port=port, base_env=env,
                        hosts=[h.address for h in hosts], round_index=round_index)
@@ -355,7 +421,7 @@ def _node(config, case, case_name, round_index, case_cfg, host, node_rank, maste
         container = _container(config, case, host, launch, launcher_argv, node_dir, run_id, case_name, round_index,
                                slot, cname)
     return NodePlan(host, node_rank, ranks, node_dir, local_dir, master_addr, launcher_argv, monitor_argv, launch,
-                    case_cfg, container, port)
+                    case_cfg, container, port, job)
 
 
 def _container(config, case, host, launch, launcher_argv, node_dir, run_id, case_name, round_index, node_rank,

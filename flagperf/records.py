@@ -128,7 +128,8 @@ class ReferenceVerdict:
 class RankEntry:
     """A host (``gpu`` None) or one GPU of a host, with its value (median over its passed rounds), its robust
     score (positive = worse), whether it is an outlier, its rank (hosts among the hosts, a GPU among its host's
-    GPUs) and the passed rounds counted."""
+    GPUs) and the passed rounds counted; a GPU (``gpu``: its local rank) with the card it was (``identity``) where
+    the run knew it."""
 
     host: str
     gpu: int | None
@@ -137,17 +138,22 @@ class RankEntry:
     outlier: bool
     rank: int | None = None
     rounds: int = 0
+    identity: GpuIdentity | None = None
 
     def to_dict(self) -> dict:
-        return {"host": self.host, "gpu": self.gpu, "value": self.value, "score": self.score,
-                "outlier": self.outlier, "rank": self.rank, "rounds": self.rounds}
+        d: dict = {"host": self.host, "gpu": self.gpu, "value": self.value, "score": self.score,
+                   "outlier": self.outlier, "rank": self.rank, "rounds": self.rounds}
+        if self.identity is not None:
+            d["identity"] = self.identity.to_dict()
+        return d
 
     @classmethod
     def from_dict(cls, d: dict) -> "RankEntry":
         if not isinstance(d, dict):
             raise RecordError(f"ranking entry: expected a mapping, got {d!r:.60}")
+        identity = GpuIdentity.from_dict(d["identity"]) if d.get("identity") is not None else None
         return cls(str(d.get("host", "")), d.get("gpu"), d.get("value"), d.get("score"), bool(d.get("outlier")),
-                   d.get("rank"), int(d.get("rounds") or 0))
+                   d.get("rank"), int(d.get("rounds") or 0), identity)
 
 
 @dataclass(frozen=True)

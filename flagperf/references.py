@@ -3,13 +3,15 @@
 A reference file (``vendors/<vendor>/references/<name>.yaml``, or the test config's ``REFERENCES``) names the
 devices it is for (``match``: substrings of the device name that rank 0 reported in its FINISHED ``env``), and
 per benchmark a list of entries: optional qualifiers (``world_size``, ``nnodes``, ``nproc``, ``hw``, ``preset``,
-``config``) and the expected figure of each metric with its tolerance, unit and source. docs/references.md
-describes the format.
+``nvlink_multicast``, ``config``) and the expected figure of each metric with its tolerance, unit and source; and,
+optionally, the thresholds of the node verdicts (``verdicts``: how far below a reference rejects a node, which
+ranking outliers do), keyed by GPUs per node and NVLink-multicast state, each with its source.
+docs/references.md describes the format.
 
 Loading is strict: every problem is a one-line message naming the file, the line and the key, and the caller
 (``flagperf.config``) reports them as config errors (exit 2). :func:`judge_case` is pure: from a case's summary
 and its merged case configuration to a list of :class:`~flagperf.records.ReferenceVerdict` (stored in
-summary.json).
+summary.json); :func:`thresholds_for` is pure too (the node verdicts' thresholds of a case).
 :func:`flagperf.results.interpret.case_status` turns a failed verdict into the status ``below_reference``.
 """
 
@@ -24,8 +26,8 @@ from typing import Any
 from flagperf.records import ABOVE, BELOW, NOT_MEASURED, UNIT_MISMATCH, WITHIN, ReferenceVerdict
 from flagperf.yamlio import LineMap, load_yaml_file, one_line, where
 
-FILE_KEYS = ("match", "description", "benchmarks")
-QUALIFIERS = ("world_size", "nnodes", "nproc", "hw", "preset", "config")
+FILE_KEYS = ("match", "description", "benchmarks", "verdicts")
+QUALIFIERS = ("world_size", "nnodes", "nproc", "hw", "preset", "nvlink_multicast", "config")
 ENTRY_KEYS = QUALIFIERS + ("note", "metrics")
 METRIC_KEYS = ("expected", "tolerance", "better_tolerance", "higher_is_better", "unit", "source", "note")
 _NAME = re.compile(r"[A-Za-z0-9_.+-]+")
@@ -48,7 +50,7 @@ class MetricRef:
 class RefEntry:
     benchmark: str
     index: int
-    qualifiers: tuple = ()              # ((name, value), ...) of world_size, nnodes, nproc, hw, preset
+    qualifiers: tuple = ()      # ((name, value), ...) of world_size, nnodes, nproc, hw, preset, nvlink_multicast
     config: tuple = ()                  # ((case-config key, value), ...)
     metrics: tuple = ()                 # (MetricRef, ...)
     note: str = ""
@@ -58,9 +60,63 @@ class RefEntry:
         return len(self.qualifiers) + len(self.config)
 
     def fits(self, facts: dict, case_config: dict) -> bool:
-        if any(facts.get(k) != v for k, v in self.qualifiers):
+        if any(not _same(facts.get(k), v) for k, v in self.qualifiers):
             return False
         return all(k in case_config and _same(case_config[k], v) for k, v in self.config)
+
+
+# -- the node verdicts' thresholds (docs/references.md, "Node verdict thresholds") ----------------------------------
+
+THRESHOLD_QUALIFIERS = ("gpus", "nvlink_multicast")
+# {key: (built-in default, lowest allowed, highest allowed or None, what it is)}
+THRESHOLDS = {
+    "reference_reject_margin": (0.05, 0.0, 1.0, "a relative margin from 0 to 1 beyond a metric's own tolerance "
+                                                "(0.05: 5 more points)"),
+    "ranking_reject_shortfall": (0.15, 0.0, 1.0, "a relative shortfall from 0 to 1 below the ranking's median "
+                                                 "(0.15: 15%)"),
+    "ranking_reject_score": (7.0, 0.0, None, "a robust score >= 0 (the rankings' outlier limit is 3.5)"),
+}
+THRESHOLD_KEYS = THRESHOLD_QUALIFIERS + tuple(THRESHOLDS) + ("source", "note")
+DEFAULT_THRESHOLD_SOURCE = "flagperf's default (docs/references.md)"
+
+
+@dataclass(frozen=True)
+class ThresholdEntry:
+    """One entry of a reference file's ``verdicts`` list: qualifiers, the thresholds it sets, its source."""
+
+    index: int
+    qualifiers: tuple = ()              # ((name, value), ...) of gpus, nvlink_multicast
+    values: tuple = ()                  # ((threshold key, value), ...)
+    source: str = ""
+    note: str = ""
+
+    def fits(self, facts: dict) -> bool:
+        return all(_same(facts.get(k), v) for k, v in self.qualifiers)
+
+
+@dataclass(frozen=True)
+class Threshold:
+    """One threshold in force: its value, where it is from (the entry's ``source``) and the file (empty: the
+    built-in default)."""
+
+    value: float
+    source: str = DEFAULT_THRESHOLD_SOURCE
+    reference: str = ""
+
+    def cite(self) -> str:
+        return f"{self.source} ({self.reference})" if self.reference else self.source
+
+
+@dataclass(frozen=True)
+class VerdictThresholds:
+    """The node verdicts' thresholds for one case: every key of :data:`THRESHOLDS` (a :class:`Threshold`)."""
+
+    reference_reject_margin: Threshold = Threshold(THRESHOLDS["reference_reject_margin"][0])
+    ranking_reject_shortfall: Threshold = Threshold(THRESHOLDS["ranking_reject_shortfall"][0])
+    ranking_reject_score: Threshold = Threshold(THRESHOLDS["ranking_reject_score"][0])
+
+
+DEFAULT_THRESHOLDS = VerdictThresholds()
 
 
 @dataclass(frozen=True)
@@ -69,6 +125,7 @@ class ReferenceFile:
     match: tuple = ()                   # empty: any device (only in a REFERENCES file)
     description: str = ""
     entries: tuple = ()                 # (RefEntry, ...)
+    thresholds: tuple = ()              # (ThresholdEntry, ...): the optional ``verdicts`` section
 
     def match_length(self, device_name) -> int | None:
         """The length of the longest ``match`` string found in ``device_name`` (case-insensitive); 0 for a file
@@ -141,8 +198,9 @@ def load_reference_file(path, benchmarks=None, *, need_match: bool = True) -> tu
     entries: list = []
     bench_map = data.get("benchmarks")
     if "benchmarks" not in data:
-        p.lines.append(f"{path}: benchmarks: required key is missing; expected a mapping of benchmark names "
-                       f"(gemm, devmem, ...) to lists of entries")
+        if "verdicts" not in data:      # a file of verdict thresholds alone needs no figures
+            p.lines.append(f"{path}: benchmarks: required key is missing; expected a mapping of benchmark names "
+                           f"(gemm, devmem, ...) to lists of entries")
     elif not isinstance(bench_map, LineMap) or not bench_map:
         p.add(data, "benchmarks", "benchmarks", f"expected a non-empty mapping of benchmark names to lists of "
                                                 f"entries, got {bench_map!r}")
@@ -169,9 +227,71 @@ def load_reference_file(path, benchmarks=None, *, need_match: bool = True) -> tu
                               f"also given by {label}[{seen[(key, m.name)]}] with the same qualifiers")
                     seen.setdefault((key, m.name), i)
                 entries.append(entry)
+    thresholds = _thresholds(p, data) if "verdicts" in data else []
     if p.lines:
         return None, p.lines
-    return ReferenceFile(str(path), tuple(match), description, tuple(entries)), []
+    return ReferenceFile(str(path), tuple(match), description, tuple(entries), tuple(thresholds)), []
+
+
+def _thresholds(p: _Problems, data) -> list:
+    """The ``verdicts`` section: a list of entries, each with optional qualifiers (gpus, nvlink_multicast), one or
+    more thresholds and the source they come from."""
+    raw = data["verdicts"]
+    items = [raw] if isinstance(raw, LineMap) else raw
+    if not isinstance(items, list) or not items:
+        p.add(data, "verdicts", "verdicts", f"expected a list of entries (each with source and one or more of "
+                                            f"{', '.join(THRESHOLDS)}), got {raw!r:.60}")
+        return []
+    out: list = []
+    seen: dict = {}
+    for i, item in enumerate(items):
+        label = f"verdicts[{i}]"
+        if not isinstance(item, LineMap):
+            p.add(data, "verdicts", label, f"expected a mapping with source and one or more of "
+                                           f"{', '.join(THRESHOLDS)}, got {item!r:.60}")
+            continue
+        before = len(p.lines)
+        p.unknown(item, THRESHOLD_KEYS, f"{label}.")
+        qualifiers: list = []
+        if "gpus" in item:
+            v = item["gpus"]
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                p.add(item, "gpus", f"{label}.gpus", f"expected a positive integer (GPUs per node), got {v!r:.60}")
+            else:
+                qualifiers.append(("gpus", v))
+        if "nvlink_multicast" in item:
+            v = item["nvlink_multicast"]
+            if not isinstance(v, bool):
+                p.add(item, "nvlink_multicast", f"{label}.nvlink_multicast", f"expected true or false, got {v!r:.60}")
+            else:
+                qualifiers.append(("nvlink_multicast", v))
+        values: list = []
+        for key, (_default, low, high, what) in THRESHOLDS.items():
+            if key not in item:
+                continue
+            v = item[key]
+            if not (_number(v) and v >= low and (high is None or v <= high)):
+                p.add(item, key, f"{label}.{key}", f"expected {what}, got {v!r:.60}")
+            else:
+                values.append((key, float(v)))
+        if not values and len(p.lines) == before:
+            p.add(data, "verdicts", label, f"expected one or more of {', '.join(THRESHOLDS)}")
+        source = item.get("source")
+        if not (isinstance(source, str) and source.strip()):
+            p.add(item if "source" in item else data, "source" if "source" in item else "verdicts",
+                  f"{label}.source", f"expected a path under docs/results/ or a URL, got {source!r:.60}")
+        note = item.get("note") or ""
+        if not isinstance(note, str):
+            p.add(item, "note", f"{label}.note", f"expected a string, got {note!r:.60}")
+        where = tuple(sorted(qualifiers))
+        for name, _v in values:
+            if (where, name) in seen:
+                p.add(item, name, f"{label}.{name}", f"also given by verdicts[{seen[(where, name)]}] with the same "
+                                                     f"qualifiers")
+            seen.setdefault((where, name), i)
+        if len(p.lines) == before:
+            out.append(ThresholdEntry(i, tuple(qualifiers), tuple(values), str(source).strip(), note))
+    return out
 
 
 def _entry(p: _Problems, parent, parent_key, label, item, index) -> RefEntry | None:
@@ -196,6 +316,12 @@ def _entry(p: _Problems, parent, parent_key, label, item, index) -> RefEntry | N
                 p.add(item, key, f"{label}.{key}", f"expected a name (letters, digits, _ . + -), got {v!r}")
             else:
                 qualifiers.append((key, v))
+    if "nvlink_multicast" in item:
+        v = item["nvlink_multicast"]
+        if not isinstance(v, bool):
+            p.add(item, "nvlink_multicast", f"{label}.nvlink_multicast", f"expected true or false, got {v!r}")
+        else:
+            qualifiers.append(("nvlink_multicast", v))
     config = []
     if "config" in item:
         cfg = item["config"]
@@ -313,7 +439,64 @@ def case_facts(case) -> dict:
     """The qualifier values of a case (a CaseSummary) and its merged case configuration."""
     nnodes, nproc = case.nnodes, case.nproc
     ws = nnodes * nproc if isinstance(nnodes, int) and isinstance(nproc, int) else None
-    return {"world_size": ws, "nnodes": nnodes, "nproc": nproc, "hw": case.hw}
+    return {"world_size": ws, "nnodes": nnodes, "nproc": nproc, "hw": case.hw,
+            "nvlink_multicast": nvlink_multicast(case)}
+
+
+def _results(case):
+    """Every FINISHED payload of a case: its rounds' (passed ones first), then its nodes' (each cases)."""
+    passed = case.passed_rounds
+    for r in passed + [r for r in case.rounds if all(r is not q for q in passed)]:
+        yield r.finished or {}
+    for r in case.rounds:
+        for n in r.nodes:
+            yield n.finished or {}
+
+
+def nvlink_multicast(case) -> bool | None:
+    """Whether the case's ranks ran with NCCL's NVLink multicast (NVLS) on: ``NCCL_NVLS_ENABLE`` as rank 0 reported
+    it in its FINISHED ``env`` (``nccl_nvls_enable``): "0" off, any other number on; None when no rank said (a
+    CPU run, a benchmark that does not report it)."""
+    for f in _results(case):
+        env = f.get("env")
+        if isinstance(env, dict) and "nccl_nvls_enable" in env:
+            value = str(env.get("nccl_nvls_enable") or "").strip()
+            if value.lstrip("-").isdigit():
+                return int(value) != 0
+            return None
+    return None
+
+
+def any_device_name(case) -> str | None:
+    """The device name of the case (:func:`device_name`), else the one any of its rounds or hosts reported (an each
+    case whose every round had a host that failed)."""
+    name = device_name(case)
+    if name:
+        return name
+    for f in _results(case):
+        env = f.get("env")
+        if isinstance(env, dict) and isinstance(env.get("device_name"), str) and env["device_name"]:
+            return env["device_name"]
+    return None
+
+
+def thresholds_for(files, case) -> VerdictThresholds:
+    """The node verdicts' thresholds for a case (a CaseSummary): the built-in defaults, overridden by the entries of
+    the ``verdicts`` section of the reference file that fits its device (:func:`select_file`; a case without a device
+    name: a file without ``match``, as a ``REFERENCES`` file may be) whose qualifiers hold
+    (``gpus``: the case's nproc; ``nvlink_multicast``: :func:`nvlink_multicast`), the less specific first, so that
+    per threshold the entry with the most qualifiers wins (the earlier on a tie)."""
+    name = any_device_name(case)
+    ref = select_file(files or (), name) if name else next((f for f in files or () if not f.match), None)
+    if ref is None or not ref.thresholds:
+        return DEFAULT_THRESHOLDS
+    facts = {"gpus": case.nproc, "nvlink_multicast": nvlink_multicast(case)}
+    fitting = sorted((e for e in ref.thresholds if e.fits(facts)), key=lambda e: (len(e.qualifiers), -e.index))
+    chosen: dict = {}
+    for e in fitting:
+        for key, value in e.values:
+            chosen[key] = Threshold(value, e.source, ref.path)
+    return replace(DEFAULT_THRESHOLDS, **chosen)
 
 
 def device_name(case) -> str | None:
@@ -450,5 +633,5 @@ def case_note(verdicts) -> str:
 
 
 __all__ = ["ABOVE", "BELOW", "NOT_MEASURED", "UNIT_MISMATCH", "WITHIN", "MetricRef", "RefEntry", "ReferenceFile",
-           "ReferenceVerdict", "case_note", "describe", "judge_case", "load_reference_dir", "load_reference_file",
-           "select_file", "verdict"]
+           "ReferenceVerdict", "Threshold", "VerdictThresholds", "case_note", "describe", "judge_case",
+           "load_reference_dir", "load_reference_file", "nvlink_multicast", "select_file", "thresholds_for", "verdict"]

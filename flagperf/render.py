@@ -33,9 +33,18 @@ def plan_lines(plan, backend=None) -> list:
         shape = f"{c.nnodes} node(s) x {c.nproc} rank(s)" if not c.each else \
             f"each: {c.nnodes} independent job(s), one per host, each 1 node x {c.nproc} rank(s) (no cross-host " \
             f"rendezvous; a host failing does not stop the others)"
-        out.append(f"case {case.name}  [{c.key}]  {shape}, {c.repeat} round(s), data: {c.data_dir or '-'}")
+        rounds = f"{c.repeat} round(s)"
+        if c.pairs:
+            stages = len(case.rounds) // max(1, c.repeat)
+            shape = (f"pairs: every pair of the {c.nnodes} hosts ({c.nnodes * (c.nnodes - 1) // 2} pair(s)) as a "
+                     f"2-node job of 2 node(s) x {c.nproc} rank(s), {c.nnodes // 2} disjoint pair(s) at a time "
+                     f"(a pair failing does not stop the others)")
+            rounds = f"{c.repeat} round(s) x {stages} stage(s)"
+        out.append(f"case {case.name}  [{c.key}]  {shape}, {rounds}, data: {c.data_dir or '-'}")
         out.append(f"  case config: {', '.join(str(p) for p in case.config_files) or '-'}")
         out += [f"  {n}" for n in case.notes]
+        if c.pairs:
+            out += pair_schedule_lines(case)
         for rnd in case.rounds:
             out.append(f"  round {rnd.index}: {rnd.local_dir}")
             for node in rnd.nodes:
@@ -57,6 +66,22 @@ def plan_lines(plan, backend=None) -> list:
                                f"{shlex.join(spec.argv)})")
                 if backend is not None:
                     out += [f"      {line}" for line in backend.describe(node)]
+    return out
+
+
+def pair_schedule_lines(case) -> list:
+    """A pairs case's schedule: one line per round (repeat and stage), its pairs with their MASTER_PORT, and the
+    host that sits out (an odd number of hosts)."""
+    out = ["  schedule (node 0 of each pair first; its MASTER_PORT):"]
+    hosts = [h.address for h in case.hosts]
+    for rnd in case.rounds:
+        nodes = {n.label: n for n in rnd.nodes}
+        pairs = [f"{nodes[a].host.address} <-> {nodes[b].host.address} ({nodes[a].master_port})"
+                 for a, b, *_ in rnd.jobs]
+        busy = {n.host.address for n in rnd.nodes}
+        idle = [h for h in hosts if h not in busy]
+        out.append(f"    round {rnd.index} = repeat {rnd.repeat} stage {rnd.stage}: {', '.join(pairs)}"
+                   + (f"; sits out: {', '.join(idle)}" if idle else ""))
     return out
 
 

@@ -12,7 +12,8 @@ sensor writes its own file in DIR, one line per sample:
     <ISO-8601 local time with ms and offset> key=value key=value ...
 
 Sensors that are missing get no data file; monitor_status.json says which sensors are available and why not.
-Diagnostics go to monitor.log. At start it writes sys_info.log (monitors/sysinfo.py). With --format flagperf
+Diagnostics go to monitor.log. At start it writes sys_info.log (monitors/sysinfo.py), and health.json (the
+passive health of the GPUs and the host, monitors/health.py) at start, at stop and on changes. With --format flagperf
 FlagPerf's monitor files take FlagPerf's places in DIR, under FlagPerf's names and in its formats
 (monitors/flagperf_format.py), and the data files above go to DIR/flagperf/ (NATIVE_MONITOR_DIR) instead;
 monitor_status.json names where each is. Stops on SIGTERM/SIGINT, after --max-seconds, or when the parent
@@ -37,7 +38,7 @@ if FLAGPERF_PATH not in sys.path:
 from flagperf_contract import (HOST_SENSORS, MONITOR_LOG, MONITOR_STATUS_FILE, NATIVE_MONITOR_DIR,  # noqa: E402
                                SYS_INFO_FILE, MonitorStatus, SensorStatus, monitor_file_name, now_iso,
                                write_json_atomic)
-from monitors import flagperf_format, sysinfo  # noqa: E402
+from monitors import flagperf_format, health, sysinfo  # noqa: E402
 
 MIB = 1024 * 1024
 FIRST_WINDOW_S = 0.1  # minimum averaging window of the first cpu/pwr value after priming
@@ -256,10 +257,11 @@ def setup_sensors(gpu, vendor, log, root=None, data_dir=""):
 
 class Monitor:
     """Samples every sensor at each tick into its file; ``flagperf`` (a flagperf_format.FlagPerfFiles, or None)
-    gets the same samples for FlagPerf's files."""
+    gets the same samples for FlagPerf's files; ``health`` (a health.Health, or None) ticks too, with the
+    accelerator rows of the tick."""
 
-    def __init__(self, out_dir, sensors, log, flagperf=None):
-        self.log, self.flagperf = log, flagperf
+    def __init__(self, out_dir, sensors, log, flagperf=None, health=None):
+        self.log, self.flagperf, self.health = log, flagperf, health
         self.sensors = [(name, s, open(os.path.join(out_dir, fname), "w")) for name, (s, fname) in sensors.items()]
         self.samples, self.cost_s = 0, 0.0
 
@@ -267,6 +269,7 @@ class Monitor:
         t = time.perf_counter()
         now, when = time.monotonic(), datetime.now().astimezone()
         ts = when.isoformat(timespec="milliseconds")        # what now_iso() gives, for this very instant
+        gpu_rows = []
         for name, sensor, f in self.sensors:
             try:
                 rows = sensor.read(now)
@@ -274,6 +277,8 @@ class Monitor:
                 self.log.once(f"{name}: read failed: {type(e).__name__}: {e}")
                 continue
             rows = [rows] if isinstance(rows, dict) else rows or []
+            if name == "gpu":
+                gpu_rows = rows
             lines = [fmt(r) for r in rows]
             if any(lines):
                 f.write("".join(f"{ts} {line}\n" for line in lines if line))
@@ -283,6 +288,11 @@ class Monitor:
                     self.flagperf.write(name, when, rows)
                 except Exception as e:  # noqa: BLE001 - FlagPerf's files must never stop flagperf's own
                     self.log.once(f"flagperf format: {name}: {type(e).__name__}: {e}")
+        if self.health is not None:
+            try:
+                self.health.tick(gpu_rows)
+            except Exception as e:  # noqa: BLE001 - health must never stop the sampling
+                self.log.once(f"health: {type(e).__name__}: {e}")
         self.samples += 1
         self.cost_s += time.perf_counter() - t
 
@@ -381,6 +391,10 @@ def main(argv=None):
         os.makedirs(os.path.join(args.out_dir, data_dir), exist_ok=True)
     log = Log(os.path.join(args.out_dir, MONITOR_LOG))
     sensors, sensor_status = setup_sensors(args.gpu, args.vendor, log, data_dir=data_dir)  # primes cpu and RAPL
+    hl = health.open_health(args.out_dir, sensors["gpu"][0] if "gpu" in sensors else None, args.gpu, log,
+                            sysfs=sysfs_root(), interval_s=args.interval)
+    if hl is not None:
+        hl.sample("start")                                  # health.json: the start sample
     primed = time.monotonic()
     status = MonitorStatus(pid=os.getpid(), interval_s=args.interval, started=now_iso(), sensors=sensor_status,
                            run_id=args.run_id)
@@ -402,7 +416,7 @@ def main(argv=None):
             status = dataclasses.replace(status, sensors=with_flagperf_files(status.sensors, fp_files))
             write_json_atomic(status_path, status.to_dict())
 
-    mon = Monitor(args.out_dir, sensors, log, fp_files)
+    mon = Monitor(args.out_dir, sensors, log, fp_files, hl)
     deadline = started_mono + args.max_seconds if args.max_seconds is not None else None
     try:
         reason = run_loop(mon, args.interval, stop, ppid, deadline, primed + min(FIRST_WINDOW_S, args.interval))
@@ -411,6 +425,11 @@ def main(argv=None):
         log("crashed:\n" + traceback.format_exc())
         return 1
     finally:
+        if hl is not None:
+            try:
+                hl.finish()                                 # the end sample, before NVML is shut down
+            except Exception as e:  # noqa: BLE001
+                log(f"health: end sample failed: {type(e).__name__}: {e}")
         mon.close()
     reason = reason or (f"signal {signals[0]}" if signals else "stopped")
     cost_ms = round(mon.cost_s / mon.samples * 1000, 3) if mon.samples else None

@@ -33,7 +33,7 @@ for arg in "$@"; do
 done
 
 # Import names; "wheelbuild" is a setuptools that builds wheels (>= 70.1, or >= 64 with wheel).
-RUNTIME_MODULES=(torch click rich yaml psutil pynvml paramiko docker plotly)
+RUNTIME_MODULES=(torch click rich yaml psutil pynvml paramiko docker plotly junitparser prometheus_client)
 TEST_MODULES=(pytest ruff mypy wheelbuild)
 pip_spec() {    # the pip requirement that provides an import name (as in pyproject.toml)
   case $1 in
@@ -45,6 +45,8 @@ pip_spec() {    # the pip requirement that provides an import name (as in pyproj
     paramiko) echo "paramiko>=3.0" ;;
     docker) echo "docker>=6.0" ;;
     plotly) echo "plotly>=5.0" ;;
+    junitparser) echo "junitparser>=3.1" ;;
+    prometheus_client) echo "prometheus_client>=0.16" ;;
     pytest) echo "pytest>=7" ;;
     ruff) echo "ruff>=0.4" ;;
     mypy) echo "mypy>=1.8" ;;

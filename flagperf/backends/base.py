@@ -9,6 +9,7 @@ The pipeline calls, in this order:
                 -> spawn_launcher(node) ... NodeProcess.wait / signal ...
                 cleanup_node(node) -> collect(node) -> end_round(nodes)
     close()
+    act_on_verdicts(verdicts, run_id)                                 once, when the node verdicts are known
 
 Everything a backend needs is in the plan (:mod:`flagperf.plan`): node directory on the host, argv, environment,
 master address, container. A backend never decides a round's status: it returns processes and files, and
@@ -117,6 +118,14 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def collect(self, node) -> tuple:
         """Copy what is missing of the node directory to NodePlan.local_dir; (files, bytes)."""
+
+    # -- after the run --------------------------------------------------------------------------------------
+    def act_on_verdicts(self, verdicts, run_id: str) -> list:
+        """Once the run's node verdicts (records.NodeVerdict) are known, after close(): what this backend does
+        about them (a scheduler drains the rejected nodes where its options ask for it). Returns one
+        ``(ok, line)`` per action taken or refused, for the terminal and the run log; never raises for a node
+        it could not act on. Default: nothing."""
+        return []
 
     # -- housekeeping ---------------------------------------------------------------------------------------
     def clean(self, hosts, run_id: str | None = None) -> dict:

@@ -23,6 +23,7 @@ import dataclasses
 import getpass
 import json
 import os
+import re
 import shlex
 import signal
 import stat
@@ -61,6 +62,10 @@ SCRIPT_FILE = "job.sh"
 WRAPPER = "launcher/slurm_node.py"
 NODE_OUTPUT = "launcher.out.log"
 MAX_EXIT_FILE_BYTES = 64 * 1024
+DRAIN_REASON_MAX_CHARS = 256   # the Reason of a drained node (scontrol update ... Reason=...)
+DRAIN_NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")     # one node, never a host list expression
+DRAIN_REMEDY = ("draining needs Slurm operator rights (root, SlurmUser, or AdminLevel=Operator in sacctmgr); "
+                "drain it by hand: scontrol update NodeName=<node> State=DRAIN Reason=...")
 REMEDIES = {
     "slurm_unavailable": "install the Slurm client commands (sbatch, squeue, scontrol) on this machine, check "
                          "that slurmctld answers (scontrol ping), or set SLURM_CONF",
@@ -842,6 +847,56 @@ class SlurmBackend(Backend):
         with self.cond:
             self.closed = True
             self.cond.notify_all()
+
+    # -- after the run: SLURM_DRAIN_REJECTED ------------------------------------------------------------------------
+    def act_on_verdicts(self, verdicts, run_id: str) -> list:
+        """SLURM_DRAIN_REJECTED: drain every node judged ``reject`` with the run id and its first reason
+        (``scontrol update NodeName=<node> State=DRAIN Reason=...``, an argv list), so that Slurm schedules no
+        new job there until someone resumes it. Only a node of the run's partition, named as one node, is drained."""
+        if not self.opts.drain_rejected:
+            return []
+        known = {name for name, _state, _gres in self.nodes}
+        where = f"partition {self.partition.get('PartitionName', '?')}" if self.partition else "the partition"
+        out = []
+        for v in verdicts:
+            if v.verdict != "reject":
+                continue
+            host = v.host
+            if not DRAIN_NODE_NAME.fullmatch(host) or host not in known:
+                out.append((False, f"slurm: not draining {host}: not a node of {where} (sinfo)"))
+                continue
+            reason = drain_reason(run_id, v)
+            try:
+                cp = self._run(["scontrol", "update", f"NodeName={host}", "State=DRAIN", f"Reason={reason}"])
+                _out, err = self._text(cp)
+            except BackendError as exc:
+                out.append((False, f"slurm: cannot drain {host}: {exc}"))
+                continue
+            if cp.returncode != 0:
+                out.append((False, f"slurm: cannot drain {host}: scontrol exited {cp.returncode}: "
+                                   f"{err[:300] or 'no message'}; {DRAIN_REMEDY}"))
+                continue
+            out.append((True, f"slurm: drained {host} (Reason={reason}); when it is fixed: scontrol update "
+                              f"NodeName={host} State=RESUME"))
+        return out
+
+
+def drain_reason(run_id: str, verdict) -> str:
+    """``flagperf <run id>: <what> : <why>`` of a rejected node's first reject reason: one line, control and
+    format characters as spaces, no double quote (scontrol strips one at either end), at most
+    DRAIN_REASON_MAX_CHARS characters."""
+    first = next((r for r in verdict.reasons if r.severity == "reject"), None)
+    if first is None:
+        why = "rejected"
+    elif first.subject and first.subject != "node":
+        why = f"{first.subject}: {first.detail}"
+    else:
+        why = first.detail or "rejected"
+    text = f"flagperf {run_id}: {why}"
+    text = " ".join("".join(c if c.isprintable() else " " for c in text).replace('"', "'").split())
+    if len(text) > DRAIN_REASON_MAX_CHARS:
+        text = text[:DRAIN_REASON_MAX_CHARS - 3] + "..."
+    return text
 
 
 class _Step:

@@ -23,7 +23,7 @@ from flagperf_contract import SLURM_PORT_BASE, SLURM_PORT_SPAN, slurm_derived_po
 
 SLURM_KEYS = ("SLURM_PARTITION", "SLURM_ACCOUNT", "SLURM_QOS", "SLURM_TIME", "SLURM_GPUS_PER_NODE",
               "SLURM_EXCLUSIVE", "SLURM_ARGS", "SLURM_CONF", "SLURM_PENDING_TIMEOUT", "SLURM_SHARED_FS",
-              "SLURM_CONTAINER_IMAGE", "SLURM_CONTAINER_MOUNTS", "SLURM_CONTAINER_PYTHON")
+              "SLURM_CONTAINER_IMAGE", "SLURM_CONTAINER_MOUNTS", "SLURM_CONTAINER_PYTHON", "SLURM_DRAIN_REJECTED")
 CONTAINER_RUNTIMES = ("charliecloud", "pyxis")     # RUNTIME values that run the node launcher in an image
 
 DEFAULT_PENDING_TIMEOUT_S = 3600.0
@@ -98,6 +98,7 @@ class SlurmOptions(BackendOptions):
     container_image: str | None = None  # charliecloud: an image directory; pyxis: an image (docker://, a .sqsh)
     container_mounts: tuple = ()        # ((source, target), ...) besides FLAGPERF_PATH, the results and data
     container_python: str = "python3"   # the interpreter inside the image
+    drain_rejected: bool = False        # after the run: scontrol update State=DRAIN each node judged reject
 
     placeholder_port: ClassVar[int] = PLACEHOLDER_PORT     # the plan's MASTER_PORT while derived_port
 
@@ -144,7 +145,7 @@ class SlurmOptions(BackendOptions):
                 "PYTHON": self.python, "MASTER_PORT_FROM_JOB_ID": self.derived_port,
                 "SLURM_CONTAINER_IMAGE": self.container_image,
                 "SLURM_CONTAINER_MOUNTS": [f"{a}:{b}" for a, b in self.container_mounts],
-                "SLURM_CONTAINER_PYTHON": self.container_python}
+                "SLURM_CONTAINER_PYTHON": self.container_python, "SLURM_DRAIN_REJECTED": self.drain_rejected}
 
 
 def token_hosts(count: int, python: str, flagperf_path: str) -> tuple:
@@ -350,6 +351,7 @@ def load_options(ck, data) -> SlurmOptions:
                                                f"{cpython!r}")
         cpython = "python3"
     opts["container_python"] = cpython
+    opts["drain_rejected"] = ck.get(data, "SLURM_DRAIN_REJECTED", bool, False)
     opts["derived_port"] = data.get("MASTER_PORT") is None
     if "HOSTS" in data:
         ck.add(data, "HOSTS", "not used with SCHEDULER slurm (Slurm picks the nodes of every job); remove it, "

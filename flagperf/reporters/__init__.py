@@ -41,5 +41,7 @@ def write_reports(summary, run_dir) -> list[ReportOutcome]:
 register("terminal", "flagperf.reporters.terminal:TerminalReporter")
 register("markdown", "flagperf.reporters.markdown:MarkdownReporter")
 register("html", "flagperf.reporters.html:HtmlReporter")
+register("junit", "flagperf.reporters.junit:JunitReporter")            # --junit FILE only
+register("prometheus", "flagperf.reporters.prometheus:PrometheusReporter")   # --prometheus FILE only
 
 __all__ = ["ReportOutcome", "Reporter", "file_reporters", "register", "reporter", "write_reports"]

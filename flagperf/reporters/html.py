@@ -28,6 +28,7 @@ from flagperf.references import case_note, tolerance_text
 from flagperf.reporters.base import Reporter, shown_cases
 from flagperf.results.interpret import Status
 from flagperf.results.series import NodeSeries, load_series
+from flagperf.results.slownodes import gpu_text
 from flagperf.untrusted import for_html
 from flagperf_contract import write_atomic
 
@@ -130,6 +131,14 @@ def verdicts_of(case) -> list:
     return list(case.verdicts or [])
 
 
+NODE_VERDICT_COLORS = {"accept": "#1a7f37", "degraded": "#9a6700", "reject": "#cf222e"}
+
+
+def verdict_badge_of(verdict: str) -> str:
+    """A node verdict or a reason's severity as a badge."""
+    return f'<span class="badge" style="background:{NODE_VERDICT_COLORS.get(verdict, "#6e7781")}">{esc(verdict)}</span>'
+
+
 def verdict_band(v) -> tuple:
     """(expected, low, high) of a reference verdict (flagperf.references.verdict): the range in which its result
     is ``within``. ``tolerance`` is the shortfall allowed, ``better_tolerance`` (when set) the excess allowed;
@@ -205,7 +214,8 @@ class HtmlReporter(Reporter):
         self._figures = 0
         self.figures: list = []         # (div id, plotly figure) of the last page, in page order
         self._scripts = [PLOTLY_CONFIG_SCRIPT, self._plt.plotlyjs]     # the page's own scripts, by text
-        body = self._header(summary) + self._cases_table(summary) + self._rankings(summary)
+        body = self._header(summary) + self._node_verdicts(summary) + self._cases_table(summary) + \
+            self._rankings(summary)
         shown = {id(c) for c in shown_cases(summary, MAX_CASE_SECTIONS)[0]}
         for ci, case in enumerate(summary.cases):
             if id(case) in shown:
@@ -255,6 +265,23 @@ class HtmlReporter(Reporter):
                 [[esc(field_of(h, "host")), esc(field_of(h, "outcome")), esc(field_of(h, "detail")),
                   esc(field_of(h, "remedy"))] for h in s.host_checks]) + "</section>\n"
         return out
+
+    def _node_verdicts(self, s) -> str:
+        """The node verdicts (results.verdict): a badge per node, then every reason, reject first."""
+        verdicts = list(getattr(s, "verdicts", None) or [])
+        if not verdicts:
+            return ""
+        out = '<section id="verdicts">\n<h2>Node verdicts</h2>\n<p>' + " ".join(
+            f'<span class="verdict">{esc(v.host)} {verdict_badge_of(v.verdict)}</span>' for v in verdicts) + "</p>\n"
+        rows = [[esc(v.host), verdict_badge_of(r.severity), esc(r.source), esc(r.case or ""), esc(r.subject),
+                 esc(r.detail), esc(r.remedy)] for v in verdicts for r in v.reasons]
+        if rows:
+            out += _table(["node", "severity", "source", "case", "subject", "detail", "remedy"], rows,
+                          row_class=lambda r: "outlier" if "reject" in r[1] else "")
+        else:
+            out += "<p>Every node accepted: no reason against any.</p>\n"
+        return out + ('<p class="muted">reject: send back or drain; degraded: usable, with these reasons; the run '
+                      'exits 1 when a node is rejected.</p>\n</section>\n')
 
     def _cases_table(self, s) -> str:
         rows = []
@@ -309,7 +336,8 @@ class HtmlReporter(Reporter):
             rows = []
             for e in entries:
                 outlier = e.outlier
-                rows.append([num(e.rank), esc(e.host), "-" if e.gpu is None else num(e.gpu),
+                gpu = "-" if e.gpu is None else num(e.gpu) if e.identity is None else esc(gpu_text(e))
+                rows.append([num(e.rank), esc(e.host), gpu,
                              num(e.value), num(e.score, 3),
                              '<span class="bad">OUTLIER</span>' if outlier else "no"])
             for h in rk.failed_hosts:
@@ -328,7 +356,8 @@ class HtmlReporter(Reporter):
         for e in entries:
             if _number(e.value) is None:
                 continue
-            where = esc(e.host) + ("" if e.gpu is None else f" gpu {num(e.gpu)}")
+            where = esc(e.host) + ("" if e.gpu is None else f" gpu {num(e.gpu)}" if e.identity is None else
+                                   " " + esc(gpu_text(e)))
             labels.append(f"{num(e.rank)}. {where}" if e.gpu is None else where)
             values.append(e.value)
             colors.append("#cf222e" if e.outlier else "#1f77b4")
@@ -561,5 +590,6 @@ code { background: #f6f8fa; padding: 0 3px; } .muted { color: #59636e; } .bad { 
 tr.outlier td { background: #ffebe9; } .plot { border: 1px solid #eaeef2; margin: 6px 0 14px; }
 .swatch { display: inline-block; width: 14px; height: 10px; opacity: 0.35; border: 1px solid #9ca3af; }
 .caption { color: #59636e; font-size: 12px; margin: -10px 0 14px; }
+.verdict { margin-right: 14px; white-space: nowrap; }
 footer { margin-top: 30px; color: #59636e; font-size: 12px; }
 """

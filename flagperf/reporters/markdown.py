@@ -11,7 +11,7 @@ from flagperf.references import case_note, describe, tolerance_text
 from flagperf.reporters.base import Reporter
 from flagperf.results.interpret import Status, describe_exit
 from flagperf.results.slownodes import describe as describe_outlier
-from flagperf.results.slownodes import outliers
+from flagperf.results.slownodes import gpu_text, outliers
 from flagperf.untrusted import for_markdown, markdown_code, markdown_fence
 
 
@@ -59,6 +59,25 @@ def _reference_lines(c) -> list:
                                     "source"], rows)
 
 
+VERDICT_MARKS = {"accept": "accept", "degraded": "**degraded**", "reject": "**REJECT**"}
+
+
+def _verdict_lines(verdicts) -> list:
+    """The node verdicts: one line per node, then a table of every reason (reject first)."""
+    if not verdicts:
+        return []
+    lines = ["", "## Node verdicts", ""]
+    lines += [f"- {for_markdown(v.host)}: {VERDICT_MARKS.get(v.verdict, for_markdown(v.verdict))}"
+              + (f" ({len(v.reasons)} reason(s))" if v.reasons else "") for v in verdicts]
+    rows = [[v.host, r.severity, r.source, r.case or "", r.subject, r.detail, r.remedy]
+            for v in verdicts for r in v.reasons]
+    if rows:
+        lines += [""] + _table(["node", "severity", "source", "case", "subject", "detail", "remedy"], rows)
+    lines += ["", "reject: send back or drain; degraded: usable, with these reasons; the run exits 1 when a node is "
+                  "rejected (docs/results.md, \"verdicts\")."]
+    return lines
+
+
 class MarkdownReporter(Reporter):
     name = "markdown"
     file_name = "report.md"
@@ -74,6 +93,7 @@ class MarkdownReporter(Reporter):
         ]
         if s.interrupted:
             lines.append("- **interrupted** (SIGINT or SIGTERM): rounds that did not finish are marked so")
+        lines += _verdict_lines(getattr(s, "verdicts", None) or [])
         if s.host_checks:
             lines += ["", "## Hosts that failed their check", ""]
             lines += _table(["host", "outcome", "detail", "remedy"],
@@ -110,7 +130,8 @@ class MarkdownReporter(Reporter):
                           f"{'higher' if r.higher_is_better is not False else 'lower'} is better), "
                           f"median of the hosts {_num(r.median)}. Rule: {for_markdown(r.rule)}", ""]
             lines += _table(["rank", "host", "gpu", "value", "score", "outlier"],
-                            [["-" if e.rank is None else e.rank, e.host, "-" if e.gpu is None else e.gpu,
+                            [["-" if e.rank is None else e.rank, e.host,
+                              "-" if e.gpu is None else e.gpu if e.identity is None else gpu_text(e),
                               _num(e.value), _num(e.score, 3),
                               _Md("**yes**") if e.outlier else "no"] for e in r.entries])
             if r.failed_hosts:

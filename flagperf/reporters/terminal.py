@@ -15,9 +15,11 @@ from flagperf.reporters.base import Reporter, shown_cases
 from flagperf.results.interpret import Status
 from flagperf.results.slownodes import RULE, outliers
 from flagperf.results.slownodes import describe as describe_outlier
+from flagperf.results.slownodes import gpu_text
 from flagperf.untrusted import for_rich, for_terminal
 
 STYLES = {Status.PASSED: "green", Status.FAILED: "red", Status.SKIPPED: "yellow", Status.BELOW_REFERENCE: "red"}
+VERDICT_STYLES = {"accept": "green", "degraded": "yellow", "reject": "bold red"}
 
 
 def _num(v) -> str:
@@ -63,6 +65,7 @@ def _reference_note(case) -> str:
 
 MAX_CASE_ROWS = 200         # cases in the terminal table; the rest are counted (report.md and summary.json list all)
 MAX_FAILURE_LINES = 400     # lines of failures printed by `flagperf report`; the rest are counted
+MAX_VERDICT_ROWS = 200      # reasons in the verdict table; the rest are counted (summary.json and report.md list all)
 
 
 class TerminalReporter(Reporter):
@@ -102,13 +105,45 @@ class TerminalReporter(Reporter):
                               ("score", "right"), ("outlier", "left")):
                 table.add_column(col, justify=just)  # type: ignore[arg-type]
             for e in r.entries:
-                gpu = "-" if e.gpu is None else str(e.gpu)
-                table.add_row("-" if e.rank is None else str(e.rank), for_rich(e.host), gpu, _num(e.value),
+                gpu = "-" if e.gpu is None else str(e.gpu) if e.identity is None else gpu_text(e)
+                table.add_row("-" if e.rank is None else str(e.rank), for_rich(e.host), for_rich(gpu), _num(e.value),
                               _num(e.score), "[bold red]OUTLIER[/]" if e.outlier else "no")
             for h in r.failed_hosts:
                 table.add_row("-", for_rich(h), "-", "-", "-", "[red]no result (failed)[/]")
             tables.append(table)
         return tables
+
+    def verdicts(self, summary) -> Table | None:
+        """The node verdicts: one row per reason (a node without one: one row), reject first; None when the
+        summary has none (a run from before verdicts)."""
+        verdicts = list(getattr(summary, "verdicts", None) or [])
+        if not verdicts:
+            return None
+        counts = {k: sum(1 for v in verdicts if v.verdict == k) for k in VERDICT_STYLES}
+        table = Table(title=for_rich("node verdicts: " + ", ".join(f"{n} {k}" for k, n in counts.items() if n)),
+                      caption="reject: send back or drain; degraded: usable, with the reasons shown; the run exits 1 "
+                              "when a node is rejected")
+        for col in ("node", "verdict", "source", "severity", "case", "subject", "detail", "remedy"):
+            table.add_column(col, overflow="fold")
+        rows = left = 0
+        order = {"reject": 0, "degraded": 1, "accept": 2}
+        for v in sorted(verdicts, key=lambda v: order.get(v.verdict, 3)):      # stable: the hosts' order within
+            style = VERDICT_STYLES.get(v.verdict, "")
+            for i, r in enumerate(v.reasons or [None]):
+                if rows >= MAX_VERDICT_ROWS:
+                    left += 1
+                    continue
+                rows += 1
+                head = [for_rich(v.host), for_rich(v.verdict, style)] if i == 0 else ["", ""]
+                if r is None:
+                    table.add_row(*head, "-", "-", "", "", "no reason: every check it went through passed", "")
+                    continue
+                table.add_row(*head, for_rich(r.source), for_rich(r.severity, VERDICT_STYLES.get(r.severity, "")),
+                              for_rich(r.case or ""), for_rich(r.subject), for_rich(r.detail), for_rich(r.remedy))
+        if left:
+            table.add_row(f"... {left} more reason(s)", "", "", "", "", "", "summary.json and report.md list every one",
+                          "")
+        return table
 
     def outlier_lines(self, summary) -> list:
         """'OUTLIER: <case>: host h3: 41.2 TFLOP/s, score 12.3' for every flagged host or GPU."""

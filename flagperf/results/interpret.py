@@ -218,20 +218,38 @@ def _per_rank_length(payload: dict, world: int) -> list:
     return []
 
 
-def interpret_each_round(wait: Wait, node_waits: dict, evidence, records: dict) -> tuple:
-    """An ``each`` round (one independent job per host): (the round's Verdict, [(node label, Verdict)] in the
-    nodes' order). Every host is judged on its own wait (``node_waits``: {label: Wait}) and its own rank 0's
-    PerfLog ``records`` ({label: records}); a host without a wait of its own ended with the round (interrupted,
-    timed out, errored) or completed. A signal stops the whole run, so an interrupted round interrupts every
-    host. The hosts' verdicts fold into the round's by :func:`hosts_verdict`."""
-    verdicts = []
-    for ev in evidence:
-        own = node_waits.get(ev.label)
+def interpret_each_round(wait: Wait, node_waits: dict, evidence, records: dict, jobs=None) -> tuple:
+    """An ``each`` round (one independent job per host) or a ``pairs`` round (``jobs``: the node labels of every
+    2-node job, node 0 first): (the round's Verdict, [(node label, Verdict)] in the nodes' order). Every job is
+    judged on its own wait (``node_waits``: {label: Wait}; of a job's nodes, the first that did not complete, in
+    the order they ended) and its own rank 0's PerfLog ``records`` ({label: records}, of its node 0); a job
+    without a wait of its own ended with the round (interrupted, timed out, errored) or completed. Every node of
+    a job gets the job's verdict. A signal stops the whole run, so an interrupted round interrupts every job.
+    The jobs' verdicts fold into the round's by :func:`hosts_verdict`."""
+    by_label = {ev.label: ev for ev in evidence}
+    groups = [list(j) for j in jobs] if jobs else [[ev.label] for ev in evidence]
+    job_verdicts: list = []
+    per_node: dict = {}
+    for job in groups:
+        evs = [by_label[label] for label in job if label in by_label]
+        if not evs:
+            continue
+        ended = [w for label, w in node_waits.items() if label in job]
+        own = next((w for w in ended if w.end != WaitEnd.COMPLETED), None)
+        if own is None and len(ended) == len(job):
+            own = Wait(WaitEnd.COMPLETED)
         if wait.end == WaitEnd.INTERRUPTED or own is None:
             own = wait if wait.end in (WaitEnd.INTERRUPTED, WaitEnd.TIMEOUT, WaitEnd.ERROR) else \
                 Wait(WaitEnd.COMPLETED)
-        verdicts.append((ev.label, interpret_round(RoundEvidence(own, [ev], records.get(ev.label, [])))))
-    return hosts_verdict(verdicts), verdicts
+        verdict = interpret_round(RoundEvidence(own, evs, records.get(evs[0].label, [])))
+        job_verdicts.append((" <-> ".join(ev.host for ev in evs) if jobs else evs[0].label, verdict, job))
+        per_node.update((label, verdict) for label in job)
+    verdict = hosts_verdict([(label, v) for label, v, _ in job_verdicts], "pair jobs" if jobs else "hosts")
+    if jobs and verdict.failure is not None and verdict.failure.nodes is not None:     # the nodes, not the jobs
+        bad = set(verdict.failure.nodes)
+        verdict = replace(verdict, failure=replace(verdict.failure, nodes=tuple(
+            n for label, _, job in job_verdicts if label in bad for n in job)))
+    return verdict, [(ev.label, per_node[ev.label]) for ev in evidence if ev.label in per_node]
 
 
 def preparation_failed(reason: str, last_lines=()) -> Verdict:
@@ -280,12 +298,13 @@ def run_status(case_statuses, *, interrupted: bool) -> Status:
 _HOST_ORDER = (Status.INTERRUPTED, Status.TIMEOUT, Status.FAILED, Status.ERROR, Status.NOT_RUN)
 
 
-def hosts_verdict(verdicts) -> Verdict:
+def hosts_verdict(verdicts, what: str = "hosts") -> Verdict:
     """An ``each`` round (one independent job per host) from its hosts' own verdicts, ``[(node label, Verdict)]``
     in host order: passed when every host passed or was skipped (skipped when all were), otherwise the worst
     status any host got (interrupted, timeout, failed, error, not_run, in that order) with the first such host's
     failure, its reason naming the host, and ``nodes``: every node that did not pass. ``finished`` (of a passed
-    round): the first passed host's result; every host's own is in its node's verdict."""
+    round): the first passed host's result; every host's own is in its node's verdict. ``what``: the jobs'
+    name in the reason (a pairs round: "pair jobs", each labelled "host a <-> host b")."""
     verdicts = list(verdicts)
     statuses = {v.status for _, v in verdicts}
     finished = next((v.finished for _, v in verdicts if v.status == Status.PASSED and v.finished), None)
@@ -301,16 +320,17 @@ def hosts_verdict(verdicts) -> Verdict:
     failure = first.failure or Failure("")
     reason = failure.reason or status.value
     reason = (f"{label}: {reason}" if len(bad) == 1 else
-              f"{len(bad)} of {len(verdicts)} hosts did not pass ({', '.join(lb for lb, _ in bad)}); "
+              f"{len(bad)} of {len(verdicts)} {what} did not pass ({', '.join(lb for lb, _ in bad)}); "
               f"{label}: {reason}")
     return Verdict(status, replace(failure, reason=reason, node=failure.node if failure.node is not None else label,
                                    nodes=tuple(lb for lb, _ in bad)))
 
 
 def run_exit_code(summary, *, host_check_failed: bool, summary_problem: bool) -> int:
-    """The exit code of ``flagperf run`` (docs/cli.md): 130 when a signal stopped it, 3 when a host failed its
+    """The exit code of ``flagperf run`` (README, "Exit codes"): 130 when a signal stopped it, 3 when a host failed its
     check, 1 when summary.json could not be written, when an ``each`` case flagged a slow host or GPU (which
-    changes no case's status), or when a case did not pass; else 0."""
+    changes no case's status), when a node's verdict is reject (``summary.verdicts``, results.verdict), or when a
+    case did not pass; else 0."""
     if summary.interrupted:
         return EXIT_INTERRUPTED
     if host_check_failed:
@@ -318,5 +338,7 @@ def run_exit_code(summary, *, host_check_failed: bool, summary_problem: bool) ->
     if summary_problem:
         return EXIT_CASE_FAILED
     if any(ranking.outliers for ranking in summary.rankings):
+        return EXIT_CASE_FAILED
+    if any(getattr(v, "verdict", None) == "reject" for v in getattr(summary, "verdicts", None) or ()):
         return EXIT_CASE_FAILED
     return EXIT_OK if summary.status == Status.PASSED else EXIT_CASE_FAILED

@@ -8,7 +8,8 @@ flagged by a robust rule (:data:`RULE`): a score from the median and the MAD (me
 the population, oriented so that a positive score is worse, plus a floor on the relative shortfall so that
 nearly identical hosts (a tiny MAD) are never flagged. Hosts are scored against the hosts, GPUs against every
 GPU of the case (all hosts pooled). Only the bad direction is flagged: a host faster than the rest is not a
-slow node.
+slow node. Where the caller knows which card a local rank used (``gpus``), a GPU's entry carries its
+:class:`~flagperf.records.GpuIdentity` (index, UUID, serial, PCI bus id), and every text names the card by it.
 
 docs/results.md ("rankings") describes the summary.json form.
 """
@@ -132,13 +133,15 @@ def _host_results(case, metric=None) -> tuple:
     return per_host, failed, metric if units else None, unit, hib if isinstance(hib, bool) else None
 
 
-def rank_case(case, metric=None) -> Ranking | None:
+def rank_case(case, metric=None, gpus: dict | None = None) -> Ranking | None:
     """The :class:`~flagperf.records.Ranking` of one ``each`` case (a CaseSummary with ``each`` set), or None
     for any other case, by the case's headline metric (:func:`headline_metric`; ``metric``: the one its
     configuration names). Its entries: first every host with a result, best first, then every GPU grouped by
-    host in the hosts' order, best first within the host (a GPU's rank: among its host's GPUs)."""
+    host in the hosts' order, best first within the host (a GPU's rank: among its host's GPUs). ``gpus``:
+    {host: {local rank: GpuIdentity}}, the card each local rank used (results.verdict.local_gpus)."""
     if not case.each:
         return None
+    cards_of = gpus or {}
     per_host, failed, metric, unit, hib = _host_results(case, metric)
     higher = hib is not False       # a result without the flag: higher is better, as for most throughputs
     hosts = [h for h in per_host if per_host[h]]
@@ -149,33 +152,34 @@ def rank_case(case, metric=None) -> Ranking | None:
                     for h, v, (s, o), k in zip(hosts, values, scores, ranks)]
     host_entries.sort(key=lambda e: e.rank or 0)    # stable: ties keep the hosts' order
     # GPUs: the median per (host, local rank) over the rounds that reported a per-rank list of the right length.
-    gpus: list = []
+    rows: list = []
     for h in hosts:
         lists = [pr for _, pr in per_host[h] if pr is not None]
         width = len(lists[0]) if lists else 0
         lists = [pr for pr in lists if len(pr) == width]
         for i in range(width):
-            gpus.append((h, i, statistics.median(float(pr[i]) for pr in lists), len(lists)))
+            rows.append((h, i, statistics.median(float(pr[i]) for pr in lists), len(lists)))
     gpu_entries: list = []
-    if gpus:
-        gscores = robust_scores([g[2] for g in gpus], higher)
+    if rows:
+        gscores = robust_scores([g[2] for g in rows], higher)
         by_host: dict = {}
-        for (h, i, v, n), (s, o) in zip(gpus, gscores):
+        for (h, i, v, n), (s, o) in zip(rows, gscores):
             by_host.setdefault(h, []).append((i, v, s, o, n))
         for e in host_entries:
             group = by_host.get(e.host, [])
-            ranked = [RankEntry(e.host, i, v, s, o, k, n)
+            cards = cards_of.get(e.host) or {}
+            ranked = [RankEntry(e.host, i, v, s, o, k, n, cards.get(i))
                       for (i, v, s, o, n), k in zip(group, _ranks([g[1] for g in group], higher))]
             gpu_entries += sorted(ranked, key=lambda g: g.rank or 0)
     return Ranking(case.name, metric, unit, hib, RULE, statistics.median(values) if values else None,
                    tuple(host_entries + gpu_entries), tuple(failed))
 
 
-def rank_cases(cases, metrics=None) -> list:
+def rank_cases(cases, metrics=None, gpus: dict | None = None) -> list:
     """One ranking per ``each`` case, in the cases' order; ``metrics``: {case name: the headline metric its
-    configuration names} where it names one."""
-    metrics = metrics or {}
-    return [r for r in (rank_case(c, metrics.get(c.name)) for c in cases) if r is not None]
+    configuration names} where it names one; ``gpus``: {case name: {host: {local rank: GpuIdentity}}}."""
+    metrics, gpus = metrics or {}, gpus or {}
+    return [r for r in (rank_case(c, metrics.get(c.name), gpus.get(c.name)) for c in cases) if r is not None]
 
 
 def outliers(rankings) -> list:
@@ -183,9 +187,21 @@ def outliers(rankings) -> list:
     return [(r.case, e) for r in rankings or [] for e in r.outliers]
 
 
+def gpu_text(entry: RankEntry) -> str:
+    """A GPU entry's GPU: 'gpu 1 (GPU-5c1..., serial 1654922001234, pci 00000000:19:00.0)' where its card is known
+    (with '(local rank 1)' after it when the card's index is another), else 'gpu 1' (its local rank); '' for a
+    host's entry."""
+    if entry.gpu is None:
+        return ""
+    if entry.identity is None:
+        return f"gpu {entry.gpu}"
+    text = entry.identity.label()
+    return text if entry.identity.index == entry.gpu else f"{text} (local rank {entry.gpu})"
+
+
 def describe(case_name, entry: RankEntry, unit=None) -> str:
-    """'<case>: host h3 gpu 1: 41.2 TFLOP/s, score 12.3' for a report line."""
-    what = f"host {entry.host}" + (f" gpu {entry.gpu}" if entry.gpu is not None else "")
+    """'<case>: host h3 gpu 1 (GPU-5c1..., serial ..., pci ...): 41.2 TFLOP/s, score 12.3' for a report line."""
+    what = f"host {entry.host}" + (f" {gpu_text(entry)}" if entry.gpu is not None else "")
     value = entry.value
     score = entry.score
     text = f"{case_name}: {what}: {value:.4g}" if _is_number(value) else f"{case_name}: {what}: -"

@@ -11,7 +11,8 @@ import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from flagperf.records import Failure, Ranking, RecordError, ReferenceVerdict
+from flagperf.records import REASON_SOURCES, SEVERITIES, VERDICTS, Failure, NodeVerdict, Ranking, RecordError, \
+    ReferenceVerdict
 from flagperf.results.interpret import Status, case_status, run_status
 from flagperf_contract import ContractError, read_json_data, write_json_atomic
 
@@ -60,6 +61,7 @@ _MONITORS = {
     "gpu.devices.*.util_pct_mean": _OPT_NUM, "unavailable.*": _SCALAR, "unreadable.*": _SCALAR,
 }
 _STATUSES = tuple(s.value for s in Status)
+_GPU = {"": _OPT_DICT, "index": int, "uuid": _OPT_STR, "serial": _OPT_STR, "pci_bus_id": _OPT_STR, "name": _OPT_STR}
 
 
 def _under(prefix: str, table: dict) -> dict:
@@ -80,6 +82,7 @@ _TYPES = {
     "cases.*": dict, "cases.*.name": str, "cases.*.key": str, "cases.*.model": _OPT_STR,
     "cases.*.framework": _OPT_STR, "cases.*.hw": _OPT_STR, "cases.*.nnodes": int, "cases.*.nproc": int,
     "cases.*.repeat": int, "cases.*.data_dir": _OPT_STR, "cases.*.rounds": list, "cases.*.each": bool,
+    "cases.*.pairs": bool,
     "cases.*.env": _OPT_DICT, "cases.*.env.*": str, "cases.*.nccl": _OPT_STR,
     "cases.*.rounds.*": dict, "cases.*.rounds.*.round": int, "cases.*.rounds.*.dir": str,
     "cases.*.rounds.*.status": str, "cases.*.rounds.*.duration_s": _OPT_NUM, "cases.*.rounds.*.value": _OPT_NUM,
@@ -110,9 +113,20 @@ _TYPES = {
     "rankings.*.entries.*.outlier": _OPT_BOOL, "rankings.*.entries.*.rank": _OPT_INT,
     "rankings.*.entries.*.rounds": _OPT_INT, "rankings.*.failed_hosts": _OPT_LIST,
     "rankings.*.failed_hosts.*": str, "series": _OPT_STR,
+    **_under("rankings.*.entries.*.identity", _GPU),
+    # node verdicts (results.verdict): one per host, with every reason
+    "verdicts": _OPT_LIST, "verdicts.*": dict, "verdicts.*.host": str, "verdicts.*.verdict": str,
+    "verdicts.*.reasons": _OPT_LIST, "verdicts.*.reasons.*": dict, "verdicts.*.reasons.*.source": str,
+    "verdicts.*.reasons.*.severity": str, "verdicts.*.reasons.*.subject": _OPT_STR,
+    "verdicts.*.reasons.*.detail": _OPT_STR, "verdicts.*.reasons.*.remedy": _OPT_STR,
+    "verdicts.*.reasons.*.case": _OPT_STR, **_under("verdicts.*.reasons.*.gpu", _GPU),
+    "verdicts.*.gpus": _OPT_LIST, "verdicts.*.gpus.*": dict, **_under("verdicts.*.gpus.*", {k: v for k, v in
+                                                                                          _GPU.items() if k}),
 }
 # Fields whose string must be one of these.
-_CHOICES = {"cases.*.rounds.*.status": _STATUSES, "cases.*.rounds.*.nodes.*.status": _STATUSES + (None,)}
+_CHOICES = {"cases.*.rounds.*.status": _STATUSES, "cases.*.rounds.*.nodes.*.status": _STATUSES + (None,),
+            "verdicts.*.verdict": VERDICTS, "verdicts.*.reasons.*.source": REASON_SOURCES,
+            "verdicts.*.reasons.*.severity": SEVERITIES}
 
 
 def _schema_tree(types: dict) -> dict:
@@ -344,6 +358,7 @@ class CaseSummary:
     each: bool = False          # nnodes "each": one independent job per host (nnodes: the number of hosts)
     verdicts: list = field(default_factory=list)   # [ReferenceVerdict] (flagperf.references), [] if none
     env: dict = field(default_factory=dict)        # what its case config set in every rank's environment (env)
+    pairs: bool = False         # nnodes "pairs": a 2-node job on every pair of hosts (nnodes: the number of hosts)
 
     @property
     def nccl(self) -> str | None:
@@ -400,7 +415,8 @@ class CaseSummary:
                 "data_dir": self.data_dir, "status": self.status.value, "metric": self.metric, "unit": self.unit,
                 "higher_is_better": self.head.get("higher_is_better"), "rounds_passed": len(self.passed_rounds),
                 "rounds": [r.to_dict() for r in self.rounds], "stats": self.stats,
-                **({"each": True} if self.each else {}), "verdicts": [v.to_dict() for v in self.verdicts],
+                **({"each": True} if self.each else {}), **({"pairs": True} if self.pairs else {}),
+                "verdicts": [v.to_dict() for v in self.verdicts],
                 "env": dict(self.env), "nccl": self.nccl}
 
     @classmethod
@@ -409,7 +425,7 @@ class CaseSummary:
                    d.get("nnodes", 0), d.get("nproc", 0), d.get("repeat", 0), d.get("data_dir"),
                    [RoundSummary.from_dict(r) for r in d.get("rounds") or []], each=bool(d.get("each", False)),
                    verdicts=[ReferenceVerdict.from_dict(v) for v in d.get("verdicts") or []],
-                   env=dict(d.get("env") or {}))
+                   env=dict(d.get("env") or {}), pairs=bool(d.get("pairs", False)))
 
 
 @dataclass
@@ -429,6 +445,7 @@ class Summary:
     cases: list = field(default_factory=list)
     rankings: list = field(default_factory=list)       # [Ranking]: each cases' hosts and GPUs (results.slownodes)
     series: str | None = None       # the monitors' time series file in the run directory (results.series)
+    verdicts: list = field(default_factory=list)       # [NodeVerdict]: one per host (results.verdict)
     # what Summary.load read as absent (NaN or Infinity where summary.json must hold a number), one line each;
     # never saved
     notes: list = field(default_factory=list, compare=False)
@@ -444,7 +461,7 @@ class Summary:
                 "interrupted": self.interrupted, "vendor": self.vendor, "runtime": self.runtime,
                 "backend": self.backend, "hosts": list(self.hosts), "host_checks": list(self.host_checks),
                 "cases": [c.to_dict() for c in self.cases], "rankings": [r.to_dict() for r in self.rankings],
-                "series": self.series}
+                "series": self.series, "verdicts": [v.to_dict() for v in self.verdicts]}
 
     @classmethod
     def from_dict(cls, d) -> "Summary":
@@ -461,7 +478,8 @@ class Summary:
                        bool(d.get("interrupted", d.get("status") == "interrupted")), d.get("vendor", ""),
                        d.get("runtime", ""), d.get("backend", ""), list(d.get("hosts") or []),
                        list(d.get("host_checks") or []), [CaseSummary.from_dict(c) for c in d.get("cases") or []],
-                       rankings=[Ranking.from_dict(r) for r in d.get("rankings") or []], series=d.get("series"))
+                       rankings=[Ranking.from_dict(r) for r in d.get("rankings") or []], series=d.get("series"),
+                       verdicts=[NodeVerdict.from_dict(v) for v in d.get("verdicts") or []])
         except (KeyError, TypeError, ValueError, AttributeError, RecordError) as exc:
             raise SummaryError(f"does not follow {SUMMARY_SCHEMA}: {type(exc).__name__}: {exc}") from None
 

@@ -58,15 +58,20 @@ def node_evidence(ctx: RunContext, node, proc, wait: Wait, records) -> NodeEvide
 
 
 def judge_round(ctx: RunContext, nodes, launchers: dict, wait: Wait, res: RoundSummary,
-                node_waits: dict | None = None) -> None:
+                node_waits: dict | None = None, jobs=None) -> None:
     """Read back every node and record the round's verdict in ``res`` (an each round, ``node_waits`` given:
-    every host judged on its own, with its own rank 0 and measured window)."""
-    evidence, own_records = [], {}
+    every host judged on its own, with its own rank 0 and measured window; a pairs round, ``jobs`` given too:
+    every 2-node job judged on its own, with its node 0's rank 0)."""
+    evidence: list = []
+    own_records: dict = {}
     res.nodes = []
     rank0 = perflog.read_records(node_logs(nodes[0]).get(0, "")) if nodes else []
+    lead = {label: job[0] for job in jobs or () for label in job}      # pairs: the job's node 0
     for node in nodes:
         records = rank0
-        if node_waits is not None:      # each: the host's own rank 0
+        if node_waits is not None and lead.get(node.label) in own_records:      # pairs: its job's rank 0
+            records = own_records[node.label] = own_records[lead[node.label]]
+        elif node_waits is not None:      # each: the host's own rank 0
             records = own_records[node.label] = \
                 perflog.read_records(node_logs(node)[node.ranks[0]]) if node.ranks else []
         proc = launchers.get(node.label)
@@ -83,7 +88,7 @@ def judge_round(ctx: RunContext, nodes, launchers: dict, wait: Wait, res: RoundS
     if node_waits is None:
         verdict = verdict_with_excerpt(interpret_round(RoundEvidence(wait, evidence, rank0)), nodes)
     else:
-        verdict, per_host = interpret_each_round(wait, node_waits, evidence, own_records)
+        verdict, per_host = interpret_each_round(wait, node_waits, evidence, own_records, jobs)
         verdict = verdict_with_excerpt(verdict, nodes)
         for summary, (label, v) in zip(res.nodes, per_host):
             v = verdict_with_excerpt(v, nodes)

@@ -36,8 +36,8 @@ def new_summary(plan: Plan, backend_name: str) -> Summary:
 def case_summary(c) -> CaseSummary:
     s = c.case
     return CaseSummary(c.name, s.key, s.model, s.framework, s.hw, s.nnodes, s.nproc, s.repeat, s.data_dir,
-                       [RoundSummary(r.index, f"{c.name}/round{r.index}") for r in c.rounds], each=s.each,
-                       env=c.env)
+                       [RoundSummary(r.index, f"{c.name}/{r.local_dir.name}") for r in c.rounds], each=s.each,
+                       env=c.env, pairs=s.pairs)
 
 
 def run_record(plan: Plan, backend) -> RunRecord:

@@ -6,7 +6,9 @@
     judge            the nodes' files read back and judged by results.interpret (stages.judge)
 
 A failure of the backend fails the round, not the run. An ``each`` case runs one independent job per host: a
-host that cannot start, fails or is lost fails alone (its own Wait in ``node_waits``) and stops nothing else.
+host that cannot start, fails or is lost fails alone (its own Wait in ``node_waits``) and stops nothing else. A
+``pairs`` round runs independent 2-node jobs: a node that cannot start, fails or is lost fails its job (the other
+node of the job is not started, or is stopped) and stops no other job.
 """
 
 from __future__ import annotations
@@ -36,13 +38,18 @@ class RoundStage:
     def __init__(self, ctx: RunContext, case, rnd, res: RoundSummary):
         self.ctx, self.case, self.rnd, self.res = ctx, case, rnd, res
         self.out = ctx.console
-        self.label = f"{case.name} round {rnd.index}/{len(case.rounds)}"
+        self.label = f"{case.name} round {rnd.index}/{len(case.rounds)}" + \
+            (f" ({rnd.local_dir.name})" if rnd.stage is not None else "")      # pairs: round<k>-stage<s>
         self.timeout = case.timeout_s      # CASE_TIMEOUT, from the plan
         self.nodes = list(rnd.nodes)
         self.monitors: dict = {}
         self.launchers: dict = {}
-        # each case: every host is its own job; a host that fails to start or run fails alone (its own Wait here)
-        self.node_waits: dict | None = {} if case.case.each else None
+        # each case: every host is its own job; a host that fails to start or run fails alone (its own Wait here);
+        # pairs: every 2-node job, a node failing fails its job (``peers``: the other node of its job)
+        self.node_waits: dict | None = {} if case.case.each or case.case.pairs else None
+        self.jobs = rnd.jobs if case.case.pairs else None
+        self.peers = {label: [p for p in job if p != label] for job in self.jobs or () for label in job}
+        self.others = "the other pairs" if self.jobs else "the other hosts"
 
     def run(self) -> None:
         self.out.step(f"{self.label}: start on {', '.join(n.label for n in self.nodes)}")
@@ -51,7 +58,7 @@ class RoundStage:
         try:
             self.start()
             wait = LauncherWait(self.ctx, self.label, self.nodes, self.launchers, self.timeout,
-                                self.node_waits).run()
+                                self.node_waits, self.peers).run()
         except KeyboardInterrupt:
             wait = Wait(WaitEnd.INTERRUPTED, "interrupted (SIGINT)")
             raise
@@ -69,7 +76,7 @@ class RoundStage:
             with signals_deferred() as held:
                 wait = self.stop_and_collect(wait, held)
                 self.res.duration_s = time.monotonic() - t0
-                judge_round(self.ctx, self.nodes, self.launchers, wait, self.res, self.node_waits)
+                judge_round(self.ctx, self.nodes, self.launchers, wait, self.res, self.node_waits, self.jobs)
                 self.out.round_done(self.res.status.value)
                 report_round(self.ctx, self.label, self.res)
 
@@ -78,10 +85,17 @@ class RoundStage:
         return [n for n in self.nodes if self.node_waits is None or n.label not in self.node_waits]
 
     def _host_failed(self, node, error: str) -> None:
-        """Each case: this host's job could not start; the other hosts' jobs go on."""
+        """Each case: this host's job could not start; the other hosts' jobs go on. Pairs: nor can the other
+        node of its job (not started, or stopped when already running)."""
         assert self.node_waits is not None
         self.node_waits[node.label] = Wait(WaitEnd.ERROR, error, node.label)
-        self.out.step(f"{self.label}: {error}; the other hosts go on (independent jobs)", logging.ERROR)
+        self.out.step(f"{self.label}: {error}; {self.others} go on (independent jobs)", logging.ERROR)
+        for peer in self.peers.get(node.label, ()):
+            if peer not in self.node_waits:
+                self.node_waits[peer] = Wait(WaitEnd.ERROR, f"not run: {node.label} of its pair job could not "
+                                                            f"start ({error})", peer)
+            if peer in self.launchers:
+                self.launchers[peer].signal(signal.SIGTERM)
 
     def _fail(self, node, error: str) -> None:
         """A node could not be prepared or started: the round fails (each: that host's job alone)."""
@@ -145,6 +159,8 @@ class RoundStage:
         for o in fan_out(self._live(), self.ctx.backend.spawn_launcher, deadline_s=60):
             if o.ok:
                 self.launchers[o.key.label] = o.value
+                if self.node_waits is not None and o.key.label in self.node_waits:    # its pair job failed
+                    o.value.signal(signal.SIGTERM)
                 continue
             problems.append(o.error if o.key.label in o.error else f"{o.key.label}: {o.error}")
             if self.node_waits is not None:

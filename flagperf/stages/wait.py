@@ -1,6 +1,6 @@
 """The wait of a round: for every node launcher to exit, the first failure stopping the others (an ``each``
-round: independent jobs, none stopped), the hosts' heartbeat, CASE_TIMEOUT; and the stop of processes that
-still run."""
+round: independent jobs, none stopped; a ``pairs`` round: the other node of the failed node's job only), the
+hosts' heartbeat, CASE_TIMEOUT; and the stop of processes that still run."""
 
 from __future__ import annotations
 
@@ -60,13 +60,16 @@ class LauncherWait:
     """Wait for every node launcher of a round. Every HEARTBEAT_INTERVAL_S the hosts of the running nodes must
     answer (within HEARTBEAT_TIMEOUT_S), or the round fails naming the lost host. With ``node_waits`` (an each
     round: independent jobs) a failed or lost node stops nothing else: how each node ended goes into
-    ``node_waits`` ({label: Wait})."""
+    ``node_waits`` ({label: Wait}); ``peers`` (a pairs round: {label: the other nodes of its job}) are stopped
+    with it."""
 
     def __init__(self, ctx: RunContext, label: str, nodes, launchers: dict, timeout: float,
-                 node_waits: dict | None):
+                 node_waits: dict | None, peers: dict | None = None):
         self.ctx, self.label, self.launchers, self.timeout = ctx, label, launchers, timeout
         self.by_label = {n.label: n for n in nodes}
         self.node_waits = node_waits
+        self.peers = peers or {}
+        self.others = "the other pairs" if self.peers else "the other hosts"
         self.pending = set(launchers)
         self.failed_node: str | None = None
         self.scheduler_end: tuple | None = None
@@ -105,10 +108,11 @@ class LauncherWait:
         end = Wait(WaitEnd.HOST_LOST, f"host {node.host.address} stopped answering: {why} (no answer within "
                                       f"{HEARTBEAT_TIMEOUT_S:g} s)", node.label)
         if self.node_waits is not None:
-            self.ctx.console.step(f"{self.label}: host {node.host.address} lost ({why}); the other hosts go on",
+            self.ctx.console.step(f"{self.label}: host {node.host.address} lost ({why}); {self.others} go on",
                                   logging.ERROR)
             self.pending.discard(node.label)
             self.node_waits[node.label] = end
+            self._stop_peers(node.label)
             return None
         self.ctx.console.step(f"{self.label}: host {node.host.address} lost ({why}); stopping every node",
                               logging.ERROR)
@@ -137,7 +141,8 @@ class LauncherWait:
                 Wait(WaitEnd(ended[0]), ended[1], name) if ended else \
                 Wait(WaitEnd.NODE_FAILED, f"node {name} failed", name)
             if code != 0:
-                out.step(f"{self.label}: {name} failed; the other hosts go on (independent jobs)", logging.WARNING)
+                out.step(f"{self.label}: {name} failed; {self.others} go on (independent jobs)", logging.WARNING)
+                self._stop_peers(name)
             return
         if code != 0 and self.failed_node is None:
             self.failed_node, self.scheduler_end = name, ended
@@ -145,6 +150,14 @@ class LauncherWait:
                 out.step(f"{self.label}: {name} failed; stopping {', '.join(sorted(self.pending))}", logging.WARNING)
                 for n in self.pending:
                     self.launchers[n].signal(signal.SIGTERM)
+
+    def _stop_peers(self, name: str) -> None:
+        """A pairs round: the other node of ``name``'s job cannot go on without it; it is asked to stop."""
+        for peer in self.peers.get(name, ()):
+            if peer in self.pending:
+                self.ctx.console.step(f"{self.label}: stopping {peer}, the other node of {name}'s pair job",
+                                      logging.WARNING)
+                self.launchers[peer].signal(signal.SIGTERM)
 
     def _ended(self) -> Wait:
         """How the wait ended once every launcher exited."""

@@ -7,6 +7,9 @@ import math
 import pytest
 import yaml
 
+from flagperf.results.interpret import Status
+from flagperf.results.links import link_findings, link_matrix
+from flagperf.results.summary import CaseSummary, NodeSummary, RoundSummary, Summary
 from tests.e2e.test_benchmarks_cpu import BENCH, check_budget, check_run, free_port, perflog, run_case, run_ranks
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
@@ -161,6 +164,10 @@ def test_collectives_wrong_result_fails_check(tmp_path):
     ("p2p", {"time_budget_s": float("inf")}, "p2p: time_budget_s must be a positive number of seconds"),
     ("p2p", {"time_budget_s": [1]}, "p2p: time_budget_s must be a positive number of seconds"),
     ("p2p", {"repeats": 1.5}, "p2p: repeats must be an integer >= 1"),
+    ("p2p", {"pairs": "every"}, "p2p: pairs must be 'all'"),
+    ("p2p", {"max_seconds_per_pair": 6}, "p2p: max_seconds_per_pair must be a number of seconds > 0 and <= 5"),
+    ("p2p", {"max_seconds_per_pair": 0}, "p2p: max_seconds_per_pair must be a number of seconds > 0 and <= 5"),
+    ("p2p", {"force_network": "yes"}, "p2p: force_network must be true or false"),
 ])
 def test_config_errors(tmp_path, model, overrides, message):
     (rc, out, err), = run_case(tmp_path, model, 1, overrides)
@@ -186,8 +193,8 @@ def check_p2p_metrics(fin, pairs, labels, modes=("uni", "bi")):
 
 
 def test_p2p_cross_node(tmp_path):
-    """Two "nodes" of one rank each: the pair 0 -> 1 crosses nodes."""
-    results = run_nodes(tmp_path, "p2p", 2)
+    """Two "nodes" of one rank each: the listed pair 0 -> 1 crosses nodes."""
+    results = run_nodes(tmp_path, "p2p", 2, {"pairs": [[0, 1]]})
     fins = check_run(results, "p2p", "bw_uni")
     assert_same_everywhere(fins)
     labels = ["64K", "256K", "1M", "4M"]
@@ -200,6 +207,10 @@ def test_p2p_cross_node(tmp_path):
     # rank 1 received every element once one way and once both ways
     assert details["checked_elements_this_rank"] == 2 * sum(label_bytes(x) // 4 for x in labels)
     assert fins[0]["env"]["nnodes"] == 2 and [f["env"]["node_rank"] for f in fins] == [0, 1]
+    matrix = details["matrix"]
+    assert details["plan"] == "pairs" and matrix["nodes"] == [] and matrix["size"] == "4M"
+    assert [(x["src_rank"], x["dst_rank"], x["nodes"]) for x in matrix["cross_node"]] == [(0, 1, [0, 1])]
+    assert matrix["cross_node"][0]["uni_gbps"] == fins[0]["metrics"]["bw_uni_0_1"]["value"]
 
 
 def test_p2p_three_ranks_two_pairs(tmp_path):
@@ -222,6 +233,112 @@ def test_p2p_three_ranks_two_pairs(tmp_path):
     per_size = sum(label_bytes(x) // 4 for x in labels)
     # rank 0: receives in bi of pair (0, 1), uni + bi of pair (2, 0); rank 1: uni + bi of (0, 1); rank 2: bi of (2, 0)
     assert checked == [3 * per_size, 2 * per_size, per_size]
+    # the matrix holds the listed pairs at their largest size
+    (node,) = details["matrix"]["nodes"]
+    m = fins[0]["metrics"]
+    assert [(x["src"], x["dst"], x["uni_gbps"], x["bi_gbps"]) for x in node["links"]] == [
+        (a, b, m[f"bw_uni_{a}_{b}"]["value"], m[f"bw_bi_{a}_{b}"]["value"]) for a, b in ([0, 1], [2, 0])]
+    assert [g["gpu"] for g in node["gpus"]] == [0, 1, 2]
+
+
+def check_matrix(fins, nproc, budget_per_pair):
+    """The link matrix of one node of ``nproc`` ranks: every ordered pair one way, every unordered pair both ways
+    (the same figure in both rows), at the largest size; metrics, details and the budget per pair."""
+    ordered = [(a, b) for a in range(nproc) for b in range(nproc) if a != b]
+    m, details = fins[0]["metrics"], fins[0]["checks"]["details"]
+    assert details["plan"] == "matrix" and details["sizes"] == ["4M"]
+    assert [p["pair"] for p in details["pairs"]] == [list(p) for p in ordered]
+    assert all(p["same_node"] for p in details["pairs"])
+    for a, b in ordered:
+        assert m[f"bw_uni_{a}_{b}"] == m[f"bw_uni_{a}_{b}_4M"] and m[f"bw_uni_{a}_{b}"]["value"] > 0
+        assert (f"bw_bi_{a}_{b}" in m) == (a < b)
+    (node,) = details["matrix"]["nodes"]
+    assert node["node"] == 0 and [g["gpu"] for g in node["gpus"]] == list(range(nproc))
+    assert [(x["src"], x["dst"]) for x in node["links"]] == ordered
+    for x in node["links"]:
+        a, b = min(x["src"], x["dst"]), max(x["src"], x["dst"])
+        assert x["uni_gbps"] == m[f"bw_uni_{x['src']}_{x['dst']}"]["value"]
+        assert x["bi_gbps"] == m[f"bw_bi_{a}_{b}"]["value"]
+    unis = [m[f"bw_uni_{a}_{b}"]["value"] for a, b in ordered]
+    assert m["bw_uni_min"]["value"] == min(unis)
+    assert fins[0]["value"] == m["bw_uni_0_1"]["value"] and m["bw_bi"] == m["bw_bi_0_1"]
+    # the budget: max_seconds_per_pair / 1.5 of timed samples per ordered pair; uni windows per ordered pair, bi
+    # per unordered pair, right after the uni window of (a, b), a < b
+    windows = [w for a, b in ordered for w in ([f"uni_{a}_{b}_4M"] + ([f"bi_{a}_{b}_4M"] if a < b else []))]
+    check_budget(fins, len(ordered) * budget_per_pair / 1.5, windows)
+    assert details["max_seconds_per_pair"] == budget_per_pair
+    return details
+
+
+def test_p2p_matrix_two_ranks(tmp_path):
+    """The default: the link matrix of the 2 ranks, 0 -> 1 and 1 -> 0 one way, 0 <-> 1 both ways, printed by rank 0;
+    the driver reads it back from the run's summary (results.links)."""
+    results = run_case(tmp_path, "p2p", 2)
+    fins = check_run(results, "p2p", "bw_uni")
+    assert_same_everywhere(fins)
+    details = check_matrix(fins, 2, 1.0)
+    assert details["network"] == {"forced": False, "env": {"NCCL_P2P_DISABLE": None, "NCCL_SHM_DISABLE": None},
+                                  "ranks_agree": True, "replaced": {},
+                                  "note": "the gloo backend does not read NCCL_P2P_DISABLE, NCCL_SHM_DISABLE"}
+    steps = [(r["pair"], r["mode"]) for r in perflog(results[0][1]) if r["event"] == "STEP"]
+    assert steps == [([0, 1], "uni"), ([0, 1], "bi"), ([1, 0], "uni")]
+    out = results[0][1]
+    assert "p2p link matrix, node 0" in out and "uni: row sends to column" in out
+    assert "p2p link matrix" not in results[1][1]
+    # rank 1 received once one way (0 -> 1) and once both ways; rank 0 the same (1 -> 0, bi)
+    assert [f["checks"]["details"]["checked_elements_this_rank"] for f in fins] == [2 * (4 << 20) // 4] * 2
+    # the driver's side: the matrix from a summary that holds this FINISHED line
+    rnd = RoundSummary(1, "p2p/round1", Status.PASSED, finished=fins[0], nodes=[NodeSummary("h_noderank0", "h", 0)])
+    s = Summary("run1", str(tmp_path), "0", "now", cases=[CaseSummary("p2p", "p2p:pytorch:cpu:1:2:1", "p2p",
+                                                                      "pytorch", "cpu", 1, 2, 1, rounds=[rnd])])
+    (node,) = link_matrix(s)
+    assert (node.host, node.gpus, node.size, node.network_forced) == ("h", (0, 1), "4M", False)
+    assert node.uni == {(0, 1): fins[0]["metrics"]["bw_uni_0_1"]["value"],
+                        (1, 0): fins[0]["metrics"]["bw_uni_1_0"]["value"]}
+    assert node.bi == {(0, 1): fins[0]["metrics"]["bw_bi_0_1"]["value"]}
+    assert link_findings(s) == []       # two GPUs of one host: nothing to compare a link with
+
+
+def test_p2p_matrix_three_ranks_network_forced(tmp_path):
+    """3 ranks: 6 ordered pairs and 3 unordered ones; force_network sets NCCL_P2P_DISABLE=1 and NCCL_SHM_DISABLE=1
+    in every rank's environment before the process group starts (replacing a value the case's env gave), and the
+    payload says so."""
+    cfg = yaml.safe_load((BENCH / "p2p" / "case_config.yaml").read_text())
+    cfg.update(force_network=True, max_seconds_per_pair=0.3, warmup=1, model="p2p", framework="pytorch", hw="cpu",
+               nnodes=1, nproc=3, data_dir=str(tmp_path))
+    node_dir = tmp_path / "node0"
+    node_dir.mkdir()
+    (node_dir / "case_config.json").write_text(json.dumps(cfg))
+    port = free_port()
+    results = run_ranks("p2p", tmp_path, [
+        (node_dir, dict(RANK=str(r), LOCAL_RANK=str(r), LOCAL_WORLD_SIZE="3", NODE_RANK="0", NNODES="1",
+                        WORLD_SIZE="3", MASTER_PORT=str(port), NCCL_P2P_DISABLE="0")) for r in range(3)])
+    fins = check_run(results, "p2p", "bw_uni")
+    assert_same_everywhere(fins)
+    details = check_matrix(fins, 3, 0.3)
+    for fin in fins:
+        net = fin["checks"]["details"]["network"]
+        assert net["forced"] is True and net["ranks_agree"] is True
+        assert net["env"] == {"NCCL_P2P_DISABLE": "1", "NCCL_SHM_DISABLE": "1"}
+        assert net["replaced"] == {"NCCL_P2P_DISABLE": "0"}
+        assert fin["env"]["network_forced"] is True
+    assert details["matrix"]["network_forced"] is True
+    assert "network forced" in results[0][1]
+    (node,) = link_matrix(Summary("r", str(tmp_path), "0", "now", cases=[CaseSummary(
+        "p2p", "k", "p2p", "pytorch", "cpu", 1, 3, 1, rounds=[RoundSummary(
+            1, "d", Status.PASSED, finished=fins[0], nodes=[NodeSummary("h_noderank0", "h", 0)])])]))
+    assert node.network_forced is True and len(node.uni) == 6 and len(node.bi) == 3
+
+
+def test_p2p_matrix_one_rank_per_node_crosses_nodes(tmp_path):
+    """One rank per node: no pair within a node, so the matrix is every ordered pair of ranks, across nodes."""
+    results = run_nodes(tmp_path, "p2p", 2, {"max_seconds_per_pair": 0.3, "warmup": 1})
+    fins = check_run(results, "p2p", "bw_uni")
+    details = fins[0]["checks"]["details"]
+    assert details["plan"] == "matrix" and [p["pair"] for p in details["pairs"]] == [[0, 1], [1, 0]]
+    assert not any(p["same_node"] for p in details["pairs"])
+    assert details["matrix"]["nodes"] == []
+    assert [(x["src_rank"], x["dst_rank"]) for x in details["matrix"]["cross_node"]] == [(0, 1), (1, 0)]
 
 
 def test_p2p_one_rank_skipped(tmp_path):
@@ -229,6 +346,7 @@ def test_p2p_one_rank_skipped(tmp_path):
 
 
 def test_p2p_wrong_result_fails_check(tmp_path):
+    """The matrix (the default): rank 1 receives in 0 -> 1 and in 0 <-> 1; both fail its check."""
     results = run_case(tmp_path, "p2p", 2, dict(FIXED, sizes=["64K"]), fault="result")
     details = assert_check_failed(results, failing_rank=1)
     assert {(f["mode"], f["size"], f["mismatches"]) for f in details[1]["failures"]} == {("uni", "64K", 1),

@@ -475,3 +475,97 @@ def test_hostile_paths_reach_the_nodes_as_they_are(tmp_path, bed, flagperf_home,
         assert names == ["job.out"] if backslash else re.fullmatch(r"job-\d+\.out", "".join(names)), names
     assert list(marks.iterdir()) == []
     _no_strays(tmp_path)
+
+
+# -- SLURM_DRAIN_REJECTED: a rejected node drained with its reason, read back with sinfo -R ------------------------
+
+def _drain_reasons(bed) -> dict:
+    """{node: reason} of every node `sinfo -R` lists (drained or down, with the reason it was given)."""
+    cp = bed.run(["sinfo", "-R", "-h", "-o", "%n|%E"])
+    return dict(line.split("|", 1) for line in cp.stdout.splitlines() if "|" in line)
+
+
+def _node_states(bed) -> dict:
+    cp = bed.run(["sinfo", "-h", "-N", "-p", "fpq", "-o", "%N %T"])
+    return dict(line.split() for line in cp.stdout.splitlines() if len(line.split()) == 2)
+
+
+def _resume_all(bed):
+    """The test's cleanup: every node of the bed back in service (idle), also when the test failed."""
+    bed.run(["scontrol", "update", f"NodeName={','.join(bed.nodes)}", "State=RESUME"], check=False)
+    wait_for(lambda: all(s == "idle" for s in _node_states(bed).values()) and not _drain_reasons(bed), 30,
+             "every node idle again")
+
+
+def test_drain_rejected_hook_drains_only_rejected_nodes_of_the_partition(tmp_path, bed):
+    """act_on_verdicts called with NodeVerdict records: the rejected node is drained with the run id and its first
+    reason (controls and quotes removed, bounded); a degraded node, a name that is not a node of the partition and
+    a host-list expression are not touched."""
+    import logging
+
+    from flagperf.backends.slurm import DRAIN_REASON_MAX_CHARS, SlurmBackend
+    from flagperf.config import load_config
+    from flagperf.records import GpuIdentity, NodeVerdict, VerdictReason
+    conf = _conf(tmp_path, bed, {"gemm:pytorch:x:1:1:1": "null"}, 30448, {"SLURM_DRAIN_REJECTED": True})
+    backend = SlurmBackend(load_config(conf), logging.getLogger("test.drain"))
+    assert backend.connect([]) == []
+    gpu = GpuIdentity(3, "GPU-0badc0de", "1320", "00000000:9A:00.0")
+    ecc = VerdictReason("health", "reject", gpu.label(), 'ECC uncorrectable: 2\n"quoted"\x1b[2J\ttab ' + "x" * 400,
+                        "replace the GPU", gpu)
+    verdicts = [NodeVerdict.of("fpnode1", [ecc, VerdictReason("link", "reject", "l", "second reason", "r")]),
+                NodeVerdict.of("fpnode2", [VerdictReason("health", "degraded", "node", "governor", "r")]),
+                NodeVerdict.of("nosuchnode", [ecc]), NodeVerdict.of("fpnode[1-2]", [ecc])]
+    try:
+        lines = backend.act_on_verdicts(verdicts, "run20261201-abc")
+        reasons = _drain_reasons(bed)
+        assert list(reasons) == ["fpnode1"], (lines, reasons)
+        reason = reasons["fpnode1"]
+        assert reason.startswith("flagperf run20261201-abc: gpu 3 (GPU-0badc0de, serial 1320, pci 00000000:9A:00.0)"
+                                 ": ECC uncorrectable: 2 'quoted' [2J tab xxx")
+        assert reason.endswith("...") and len(reason) == DRAIN_REASON_MAX_CHARS and "second reason" not in reason
+        assert _node_states(bed)["fpnode1"] in ("drained", "draining", "drain") and \
+            _node_states(bed)["fpnode2"] == "idle"
+        oks = [ok for ok, _ in lines]
+        assert oks == [True, False, False], lines
+        assert lines[0][1].startswith("slurm: drained fpnode1 (Reason=flagperf run20261201-abc: gpu 3")
+        assert "scontrol update NodeName=fpnode1 State=RESUME" in lines[0][1]
+        assert lines[1][1] == "slurm: not draining nosuchnode: not a node of partition fpq (sinfo)"
+        assert lines[2][1] == "slurm: not draining fpnode[1-2]: not a node of partition fpq (sinfo)"
+        # off by default: the same verdicts drain nothing
+        _resume_all(bed)
+        conf = _conf(tmp_path, bed, {"gemm:pytorch:x:1:1:1": "null"}, 30449)
+        quiet = SlurmBackend(load_config(conf), logging.getLogger("test.drain"))
+        assert quiet.connect([]) == [] and quiet.act_on_verdicts(verdicts, "r") == [] and _drain_reasons(bed) == {}
+    finally:
+        _resume_all(bed)
+
+
+def test_a_run_drains_the_node_it_rejects(tmp_path, bed, flagperf_home):
+    """flagperf run under SLURM_DRAIN_REJECTED: the each case fails on fpnode2 only, so fpnode2 is rejected and
+    drained (sinfo -R shows the run id and the failure), fpnode1 is accepted and stays idle; the verdicts also go
+    to --junit and --prometheus."""
+    _override(flagperf_home, "sleeper", "drain", "sleep_s: 0.3\nfail_rank: 0\nfail_code: 9\nfail_hosts: [fpnode2]\n")
+    conf = _conf(tmp_path, bed, {"sleeper:pytorch:drain:each:1:1": "null"}, 30446, {"SLURM_DRAIN_REJECTED": True})
+    junit, prom = tmp_path / "verdicts.xml", tmp_path / "flagperf.prom"
+    try:
+        code, out, err = run_cli(["run", "--config", conf, "--junit", junit, "--prometheus", prom],
+                                 home=flagperf_home, timeout=240)
+        assert code == 1, out + err
+        run, summary = _summary(tmp_path)
+        verdicts = {v["host"]: v for v in summary["verdicts"]}
+        assert (verdicts["fpnode1"]["verdict"], verdicts["fpnode2"]["verdict"]) == ("accept", "reject"), verdicts
+        reasons = _drain_reasons(bed)
+        assert list(reasons) == ["fpnode2"], (reasons, out)
+        assert reasons["fpnode2"].startswith(f"flagperf {run.name}: ") and "exit" in reasons["fpnode2"]
+        assert _node_states(bed)["fpnode1"] == "idle"
+        assert "slurm: drained fpnode2 (Reason=flagperf " in out
+        assert f"slurm: $ scontrol update NodeName=fpnode2 State=DRAIN 'Reason=flagperf {run.name}: " in \
+            (run / "flagperf_run.log").read_text()
+        assert f"report junit: {junit}" in out and f"report prometheus: {prom}" in out
+        xml = junit.read_text()
+        assert '<testcase name="fpnode2.failure"' in xml and "<failure " in xml and \
+            '<testcase name="fpnode1.failure" classname="flagperf.verdicts"/>' in xml
+        assert 'flagperf_node_verdict{host="fpnode2",verdict="reject"} 1.0' in prom.read_text()
+    finally:
+        _resume_all(bed)
+    _no_strays(tmp_path)

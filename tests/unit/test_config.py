@@ -194,7 +194,7 @@ def test_case_number_fields_through_cli(tmp_path, write, run_cli, field, index, 
     write(tmp_path, "test.yaml", conf(cases=[f'"{key}": null']))
     cli_config_error(tmp_path, run_cli, ["--config", tmp_path / "test.yaml"],
                      [("test.yaml", 5, [f"CASES[{key!r}]: {field} must be a positive integer"
-                                         + {"nproc": " or auto", "nnodes": " or each"}.get(field, "")
+                                         + {"nproc": " or auto", "nnodes": ", each or pairs"}.get(field, "")
                                          + f", got {value!r}"])])
 
 

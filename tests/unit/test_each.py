@@ -30,8 +30,8 @@ def test_each_is_parsed_case_insensitively(field):
 
 
 @pytest.mark.parametrize("key, message", [
-    ("gemm:pytorch:H100:all:8:1", "nnodes must be a positive integer or each, got 'all'"),
-    ("gemm:pytorch:H100:eachx:8:1", "nnodes must be a positive integer or each, got 'eachx'"),
+    ("gemm:pytorch:H100:all:8:1", "nnodes must be a positive integer, each or pairs, got 'all'"),
+    ("gemm:pytorch:H100:eachx:8:1", "nnodes must be a positive integer, each or pairs, got 'eachx'"),
     ("gemm:pytorch:H100:1:each:1", "nproc must be a positive integer or auto, got 'each'"),
     ("gemm:pytorch:H100:each:8:each", "repeat must be a positive integer, got 'each'"),
 ])
