@@ -15,7 +15,8 @@ check      no round ran on the host (the run stopped first, or no case    degrad
 failure    a round failed on the host: a rank or the node failed, the     reject (degraded: a round that failed
            host was lost, its own job ran past CASE_TIMEOUT               without naming a node, or a backend error)
 reference  a referenced metric below its expected figure by more than     degraded; reject beyond the tolerance plus
-           its tolerance (an each case: the host's own median)            ``reference_reject_margin``
+           its tolerance (an each case: the host's own median, and each   ``reference_reject_margin``
+           GPU's own figure of the headline metric, naming the card)
 ranking    an each case's outlier host or GPU (results.slownodes)         degraded; reject when its score and its
                                                                           shortfall reach ``ranking_reject_score``
                                                                           and ``ranking_reject_shortfall``
@@ -253,6 +254,53 @@ def _reference_reasons(summary, thresholds: dict) -> dict:
     return out
 
 
+def _merge(*parts: dict) -> dict:
+    out: dict = {}
+    for part in parts:
+        for host, reasons in part.items():
+            out.setdefault(host, []).extend(reasons)
+    return out
+
+
+def _gpu_of(entry, identities: dict) -> tuple:
+    """(GpuIdentity, note) of a ranking's GPU entry: its own identity, else the host's card of that index (device
+    i is visible to local rank i), else the local rank alone, said so."""
+    gpu = getattr(entry, "identity", None) or (identities.get(entry.host) or {}).get(entry.gpu)
+    if gpu is None:
+        return GpuIdentity(entry.gpu), f" (local rank {entry.gpu}; which card it used is not known)"
+    return gpu, "" if gpu.index == entry.gpu else f" (local rank {entry.gpu})"
+
+
+def _gpu_reference_reasons(summary, thresholds: dict, identities: dict) -> dict:
+    """{host: [reason]} of single GPUs below the reference of their case's headline metric: an each case ranks
+    every GPU by its own figure (measured at the same time as the others), so a card below its figure is named
+    by its identity even where the GPUs are too few for a ranking to call it an outlier (two GPUs)."""
+    out: dict = {}
+    index_of = {c.name: i for i, c in enumerate(summary.cases)}
+    for rk in summary.rankings or []:
+        ci = index_of.get(rk.case)
+        if ci is None:
+            continue
+        case = summary.cases[ci]
+        refs = [v for v in case.verdicts or [] if v.metric == rk.metric and _number(v.expected) and v.expected > 0
+                and (v.unit is None or rk.unit is None or v.unit == rk.unit)]
+        if not refs:
+            continue
+        thr = thresholds.get(ci, DEFAULT_THRESHOLDS)
+        for e in rk.entries:
+            if e.gpu is None or not _number(e.value):
+                continue
+            reason = _reference_reason(case, refs[0], float(e.value), e.rounds or 1, thr, multi=False,
+                                       whose="this GPU's own")
+            if reason is None:
+                continue
+            gpu, where = _gpu_of(e, identities)
+            detail = reason.detail.replace(f"{case.name}: ", f"{case.name}{where}: ", 1)
+            out.setdefault(e.host, []).append(VerdictReason("reference", reason.severity, gpu.label(), detail,
+                                                            REMEDY_RANKING_GPU, gpu, case.name))
+    return out
+
+
 def _ranking_reasons(summary, thresholds: dict, identities: dict) -> dict:
     """{host: [reason]} of the rankings' outliers: a host, or one of its GPUs named by its identity."""
     out: dict = {}
@@ -367,7 +415,8 @@ def node_verdicts(summary, *, reference_files=(), health=(), identities=None, li
     links_by_host = _link_reasons(links)
     hosts += [h for h in list(health_by_host) + list(links_by_host) if h not in hosts]
     sources = {"check": checks, "failure": _failure_reasons(summary), "health": health_by_host,
-               "reference": _reference_reasons(summary, thresholds),
+               "reference": _merge(_reference_reasons(summary, thresholds),
+                                   _gpu_reference_reasons(summary, thresholds, identities)),
                "ranking": _ranking_reasons(summary, thresholds, identities), "link": links_by_host}
     tested = {n.host for c in summary.cases for r in c.rounds for n in r.nodes}
     stopped = [r.detail for r in checks.get(None, [])]

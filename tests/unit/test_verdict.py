@@ -237,6 +237,24 @@ def test_an_outlier_gpu_is_named_by_uuid_serial_and_pci_and_rejected():
     assert one(vs, "b").verdict == "accept"
 
 
+def test_a_gpu_below_its_reference_is_named_even_where_two_gpus_cannot_make_an_outlier():
+    """Two GPUs (a noisy neighbour halves one): no ranking outlier (median and MAD of two values), but the card's
+    own figure is far below the case's reference, so the node is rejected naming that card."""
+    rounds = [each_round(1, [node("a", 0, status=Status.PASSED, finished=fin(729.6, per_rank=[729.6, 303.8]))], "g")]
+    from flagperf.references import MetricRef, verdict
+    ref = verdict(MetricRef("tflops", 710.0, 0.10, "TFLOPS", "docs/results/x.json"), 729.6, 1, "TFLOPS",
+                  higher_is_better=True, reference="refs.yaml")
+    case = each_case(rounds, "g", nproc=2, verdicts=(ref,))
+    cards = {"a": {0: gpu(0), 1: gpu(1)}}
+    ranking = rank_case(case, gpus=cards)
+    assert ranking.outliers == []
+    a = one(node_verdicts(summary([case], hosts=("a",), rankings=[ranking]), identities=cards), "a")
+    assert a.verdict == "reject"
+    (r,) = a.reasons
+    assert (r.source, r.severity, r.gpu, r.subject) == ("reference", "reject", gpu(1), gpu(1).label())
+    assert "this GPU's own" in r.detail and "below the expected 710" in r.detail
+
+
 def test_a_small_outlier_is_degraded_only():
     # 7% short of nearly identical GPUs: flagged by the ranking rule (> 5%), below the reject shortfall (15%)
     case = gemm_each({"a": [700.0, 701.0, 699.0, 651.0], "b": [700.0, 700.5, 699.5, 700.0]})
