@@ -192,3 +192,45 @@ def chromium():
         return browser.ensure_chromium()
     except browser.BrowserError as exc:
         unavailable(f"headless browser unavailable: {exc}")
+
+
+# ---- network bed: sshd hosts in network namespaces on a bridge, links shaped with tc (see testbed/netbed.py) ----
+
+@pytest.fixture
+def net_bed_factory(tmp_path):
+    """``make(n=4, **kw)`` starts a NetBed of n hosts under tmp_path (keywords: ``line_rate``, ``kind``, ``slot``)
+    and returns it (started); every bed made is stopped and its namespaces, veths and bridge removed at teardown.
+    Outside CI a machine without root, network namespaces, veth, bridge or tc skips; under CI=true nothing skips:
+    a bed that cannot start fails with the reason."""
+    from testbed import netbed, sshbed
+
+    beds = []
+
+    def make(n=4, **kw):
+        try:
+            sshbed.ensure_openssh()
+        except sshbed.SSHBedError as exc:
+            unavailable(f"network test bed unavailable: {exc}")
+        why = netbed.unavailable_reason()
+        if why:
+            unavailable(f"network test bed unavailable: {why}")
+        root = tmp_path / f"netbed{len(beds)}"
+        if any(c.isspace() for c in str(root)):
+            import tempfile
+            root = Path(tempfile.mkdtemp(prefix="netbed-", dir="/tmp"))
+        bed = netbed.NetBed(root, n, **kw)
+        beds.append(bed)
+        try:
+            return bed.start()
+        except sshbed.SSHBedError as exc:
+            pytest.fail(f"network test bed of {n} hosts did not start: {exc}", pytrace=False)
+
+    yield make
+    for bed in reversed(beds):
+        bed.stop()
+
+
+@pytest.fixture
+def net_bed(net_bed_factory):
+    """A started NetBed of 4 hosts, links not shaped (testbed/netbed.py); ``net_bed.limit(i, rate)`` slows one."""
+    return net_bed_factory(4)
