@@ -95,8 +95,9 @@ def probe_failure(name: str, python: str, exc_kind: str, message: str) -> HostCh
 
 def interpret_probe(name: str, python: str, returncode: int, stdout: str, stderr: str, *, fp: str,
                     launcher_dir: str, result_root: str, need: int, vendor, runtime: str,
-                    in_container: bool = False) -> HostCheck:
-    """Judge the output of launcher/probe.py on one host. Pure: no I/O."""
+                    in_container: bool = False, move_busy_port: bool = False) -> HostCheck:
+    """Judge the output of launcher/probe.py on one host. Pure: no I/O. ``move_busy_port`` (a single-host run):
+    a taken MASTER_PORT is no failure when the probe found a free one after it (:func:`moved_port`)."""
     import json
     if returncode == 127:
         return failed(name, "python_missing", f"{python}: {(stderr or stdout).strip()[-200:]}")
@@ -126,7 +127,7 @@ def interpret_probe(name: str, python: str, returncode: int, stdout: str, stderr
     if free < MIN_FREE_BYTES:
         return failed(name, "low_disk", f"{free // (1 << 20)} MiB free under {result_root}", info)
     port = info.get("master_port")
-    if isinstance(port, dict) and port.get("free") is False:
+    if isinstance(port, dict) and port.get("free") is False and not (move_busy_port and _free_port(port)):
         return failed(name, "port_in_use", f"MASTER_PORT {port.get('port')} is taken on node 0 ({port.get('error')}); "
                                            f"rank 0 could not listen there", info)
     if info.get("torch") is None and not in_container:
@@ -147,7 +148,30 @@ def interpret_probe(name: str, python: str, returncode: int, stdout: str, stderr
         what = f"{info.get('cpu_count')} CPU(s)"
     torch = "torch in the image" if in_container else f"torch {info.get('torch')}"
     detail = f"python {'.'.join(map(str, info['python']))}, {torch}, {what}, {free / (1 << 30):.0f} GiB free"
-    return HostCheck(name, "ok", detail, "", info)
+    check = HostCheck(name, "ok", detail, "", info)
+    if moved_port(check) is not None:
+        check = HostCheck(name, "ok", f"{detail}; {port_note(check)}", "", info)
+    return check
+
+
+def _free_port(port: dict) -> int | None:
+    value = port.get("free_port")
+    return value if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 65535 else None
+
+
+def moved_port(check: HostCheck) -> int | None:
+    """The free port a passed check of node 0 found in place of a taken MASTER_PORT (None: not moved)."""
+    port = (check.info or {}).get("master_port")
+    if not check.ok or not isinstance(port, dict) or port.get("free") is not False:
+        return None
+    return _free_port(port)
+
+
+def port_note(check: HostCheck) -> str:
+    """One line: which MASTER_PORT was taken, why, and which one rank 0 uses instead."""
+    port = (check.info or {}).get("master_port") or {}
+    return (f"MASTER_PORT {port.get('port')} is taken on {check.host} ({port.get('error')}); this single-host run "
+            f"uses the free port {moved_port(check)} instead")
 
 
 def _vendor_problem(vendor, info, runtime) -> str | None:

@@ -128,11 +128,28 @@ def main():
 @cluster_option
 @accept_option
 @click.option("--dry-run", is_flag=True, help="Print the plan (hosts, ranks, commands, paths) and touch nothing.")
+@click.option("--case", "case_patterns", multiple=True, metavar="PATTERN",
+              help="Run only the cases whose model or whole key matches this shell-style pattern (repeatable).")
+@click.option("--repeat", "repeat", default=None, metavar="N", help="Rounds of every selected case.")
+@click.option("--hosts", "hosts", default=None, metavar="A,B,...",
+              help="The cluster's HOSTS, comma-separated (localhost allowed).")
+@click.option("--log-path", "log_path", default=None, metavar="DIR",
+              help="FLAGPERF_LOG_PATH: the folder of the run directories.")
+@click.option("--master-port", "master_port", default=None, metavar="N", help="MASTER_PORT of the cluster.")
 @junit_option
 @prometheus_option
-def run(config_path, cluster_path, accept_new_host_keys, dry_run, junit_path, prometheus_path):
-    """Run every case of the test config, collect the results and summarise them."""
+def run(config_path, cluster_path, accept_new_host_keys, dry_run, case_patterns, repeat, hosts, log_path,
+        master_port, junit_path, prometheus_path):
+    """Run every case of the test config (or those --case selects), collect the results and summarise them.
+    --case, --repeat, --hosts, --log-path and --master-port override the files (effective_config.yaml records
+    them)."""
+    overrides = _overrides(case_patterns, repeat, hosts, log_path, master_port)
     cfg = _load(config_path, cluster_path)
+    from flagperf.config import apply_overrides
+    try:
+        cfg = apply_overrides(cfg, overrides)
+    except ConfigError as exc:
+        _exit_config(exc, prefix="")
     _check_exports(junit_path, prometheus_path)
     from flagperf.plan import build_plan
     try:
@@ -189,6 +206,37 @@ def run(config_path, cluster_path, accept_new_host_keys, dry_run, junit_path, pr
         code = 1            # like a summary.json that could not be written
     console.print(f"results: {for_terminal(plan.run_dir)}", markup=False)
     sys.exit(code)
+
+
+def _overrides(case_patterns, repeat, hosts, log_path, master_port):
+    """The options of ``flagperf run`` that override the files, their form checked (their values are checked
+    against the loaded config by config.apply_overrides); exit 2 with one line per bad option."""
+    from flagperf.config import Overrides
+    problems = []
+
+    def number(option, text, what):
+        if text is None:
+            return None
+        if not text.strip().isdigit() or len(text.strip()) > 6:
+            problems.append(f"{option}: expected {what}, got {text!r}")
+            return None
+        return int(text.strip())
+
+    patterns = tuple(case_patterns)
+    if any(not p.strip() for p in patterns):
+        problems.append("--case: expected a model name or a key pattern (shell-style: *, ?, [...]), got ''")
+    addresses = ()
+    if hosts is not None:
+        addresses = tuple(a.strip() for a in hosts.split(","))
+        if not all(addresses):
+            problems.append(f"--hosts: expected comma-separated host names or addresses, got {hosts!r}")
+    if log_path is not None and not log_path.strip():
+        problems.append("--log-path: expected a folder, got ''")
+    ov = Overrides(cases=patterns, repeat=number("--repeat", repeat, "a number of rounds >= 1"), hosts=addresses,
+                   log_path=log_path, master_port=number("--master-port", master_port, "a TCP port 1-65535"))
+    if problems:
+        _exit_config(ConfigError(problems), prefix="")
+    return ov
 
 
 def _print_rankings(console, summary):
@@ -421,6 +469,76 @@ def convert(files, out_dir, force):
     click.echo(f"check it with: flagperf run --config {Path(out_dir) / TEST_FILE} --dry-run")
 
 
+INIT_CASES = ("gemm", "devmem", "collectives")     # quick cases of this tree that run on a GPU and on the CPU
+INIT_TEST = """\
+# flagperf test config, written by `flagperf init` for this machine. Relative paths are relative to this
+# file's folder. Check it with: flagperf run --config {test} --dry-run
+# Every key: docs/configuration.md. The command line overrides some without editing this file:
+#   flagperf run --config {test} --case gemm --repeat 3 --hosts localhost --log-path DIR --master-port N
+
+# The vendor profile (vendors/<name>/), detected on this machine: {why}.
+# `VENDOR: auto` would detect it at every run instead.
+VENDOR: {vendor}
+# bare: the ranks run as plain processes with the PYTHON of the cluster config (no container)
+RUNTIME: bare
+# Where each run's directory (logs, results, report.md, report.html) is written
+FLAGPERF_LOG_PATH: result
+FLAGPERF_LOG_LEVEL: info
+# Seconds between two monitor samples; seconds a case may run before it is stopped
+MONITOR_INTERVAL: 1
+CASE_TIMEOUT: 600
+# The hosts: this machine alone
+CLUSTER: cluster.yaml
+
+# "model:framework:hw:nnodes:nproc:repeat": data directory (null: the benchmark makes its own data).
+# nproc auto: one rank per accelerator of the host (2 ranks on a CPU-only machine); repeat: rounds of the case.
+# `flagperf list` shows every benchmark of this tree.
+CASES:
+{cases}"""
+INIT_CLUSTER = """\
+# flagperf cluster config, written by `flagperf init`: the hosts a run uses (docs/configuration.md).
+# "localhost" is this machine, reached without SSH; other hosts are reached over SSH (docs/configuration.md
+# lists the keys that say how).
+HOSTS:
+  - localhost
+# The port rank 0 listens on (a busy one is replaced by a free one on a single-host run)
+MASTER_PORT: 29501
+"""
+
+
+@main.command()
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("."),
+              show_default=True, help="Folder for test_conf.yaml and cluster.yaml (created if missing).")
+@click.option("--force", is_flag=True, help="Overwrite test_conf.yaml and cluster.yaml there.")
+def init(out_dir, force):
+    """Write a commented starter test_conf.yaml and cluster.yaml for this machine (its vendor, localhost, no
+    container, a few quick cases); check them with `flagperf run --config DIR/test_conf.yaml --dry-run`."""
+    from flagperf.catalog import benchmark_names
+    from flagperf.vendors import detect_vendor
+    test_file, cluster_file = out_dir / "test_conf.yaml", out_dir / "cluster.yaml"
+    existing = [str(p) for p in (test_file, cluster_file) if p.exists() or p.is_symlink()]
+    if existing and not force:
+        _exit_config(ConfigError(f"{', '.join(existing)}: already exist(s); pass --force to overwrite, or choose "
+                                 f"another --out"), prefix="init: ")
+    vendor, why = detect_vendor()
+    why = "".join(ch if ch.isprintable() else "?" for ch in why)
+    known = benchmark_names(SOURCE_ROOT)
+    cases = "".join(f'  "{m}:pytorch:local:1:auto:1": null\n' for m in INIT_CASES if m in known) or \
+        "".join(f'  "{m}:pytorch:local:1:auto:1": null\n' for m in known[:1])
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        shown = "".join(ch if ch.isprintable() else "?" for ch in str(test_file))     # in comments
+        for path, text in ((test_file, INIT_TEST.format(test=shown, why=why, vendor=vendor, cases=cases)),
+                           (cluster_file, INIT_CLUSTER)):
+            if path.is_symlink():
+                path.unlink()           # a link is replaced, never written through
+            path.write_text(text, encoding="utf-8")
+            click.echo(f"wrote {for_terminal(path)}")
+    except OSError as exc:
+        _exit_config(ConfigError(f"{out_dir}: --out: cannot write: {exc.strerror or exc}"), prefix="init: ")
+    click.echo(f"check it with: flagperf run --config {for_terminal(test_file)} --dry-run")
+
+
 @main.command("list")
 def list_cmd():
     """List the benchmarks and vendors this tree provides."""
@@ -455,13 +573,17 @@ def list_cmd():
 @click.option("--threshold", "threshold_pct", type=float, default=5.0, show_default=True,
               help="A change counts only when larger than this many percent.")
 @click.option("--alpha", type=float, default=0.05, show_default=True,
-              help="Significance level of the Mann-Whitney U test (>= 3 passed rounds on each side).")
-@click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON (flagperf.compare/1).")
-def compare(run_a, run_b, threshold_pct, alpha, as_json):
+              help="Significance level of the Mann-Whitney U test (4 or more passed rounds on each side at 0.05).")
+@click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON (flagperf.compare/2).")
+@click.option("--out", "out_dir", type=click.Path(path_type=Path, file_okay=False), default=None,
+              help="Folder for the HTML form, compare-<A>-<B>.html (default: run B's directory).")
+def compare(run_a, run_b, threshold_pct, alpha, as_json, out_dir):
     """Compare run B against run A (run directories or summary.json files): per case and metric, the medians,
-    the change, and whether it is a regression (docs/compare.md).
+    the change, the evidence (rounds, spread, test) and the outcome (docs/compare.md). The HTML form,
+    compare-<A>-<B>.html, goes into run B's directory (or --out); the last line says where.
 
-    Exit codes: 0 no regression, 1 a regression, 2 bad arguments or an unreadable summary.json.
+    Exit codes: 0 no regression (also "insufficient evidence"), 1 a regression, 2 bad arguments or an
+    unreadable summary.json.
     """
     import json
     import math
@@ -482,12 +604,22 @@ def compare(run_a, run_b, threshold_pct, alpha, as_json):
     _print_notes(a)
     _print_notes(b)
     result = compare_summaries(a, b, threshold_pct=threshold_pct, alpha=alpha)
+    from flagperf.reporters.compare import comparison_html, comparison_lines, comparison_table, html_file_name
+    from flagperf_contract import write_atomic
     if as_json:
         sys.stdout.write(json.dumps(result.to_dict(), indent=2, allow_nan=False) + "\n")
     else:
-        from flagperf.reporters.compare import comparison_lines, comparison_table
         console = _console()
         console.print(comparison_table(result))
         for line in comparison_lines(result):
             console.print(line, markup=False)
+    folder = out_dir if out_dir is not None else (run_b.parent if run_b.is_file() else run_b)
+    page = folder / html_file_name(result)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        write_atomic(page, comparison_html(result))
+        where = f"comparison page: {for_terminal(page)}"
+    except OSError as exc:          # a read-only run directory: the text form stands alone
+        where = f"comparison page not written: {for_terminal(page)}: {for_terminal(exc.strerror or exc)}"
+    click.echo(where if not as_json else f"flagperf: {where}", err=as_json)
     sys.exit(1 if result.regressed else EXIT_OK)

@@ -6,9 +6,14 @@ the line where YAML gives one, the key, and what was expected.
 
 from __future__ import annotations
 
+from typing import Any
+
 import difflib
+import fnmatch
 import math
+import os
 import re
+import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -22,7 +27,7 @@ from flagperf.paths import SOURCE_ROOT, default_log_path
 from flagperf.pyconfig import is_python_config, load_config_file
 from flagperf.references import load_reference_dir, load_reference_file
 from flagperf.vendors import ContainerSpec, VendorProfile, check_size, detect_vendor, load_vendor, vendor_names
-from flagperf.yamlio import LineMap, one_line, where
+from flagperf.yamlio import LineMap, one_line, read_text, where
 
 __all__ = ["CLUSTER_KEYS", "TEST_KEYS", "FLAGPERF_IGNORED", "CaseSpec", "ClusterConfig", "Config", "HostSpec",
            "LOCALHOST", "SOURCE_ROOT", "TestConfig", "close_key", "load_config", "resolve"]
@@ -177,6 +182,7 @@ class Config:
     container: ContainerSpec | None = None      # the vendor's container with ACCE_CONTAINER_OPT applied
     references: tuple = ()      # flagperf.references.ReferenceFile: the expected figures, loaded and checked
     warnings: tuple = ()        # one line each: FlagPerf keys accepted and ignored, keys given a new meaning
+    overrides: tuple = ()       # ((option, value), ...): the command line's overrides (apply_overrides)
 
     def to_dict(self) -> dict:
         """The effective configuration, after defaults, path resolution and VENDOR: auto."""
@@ -211,6 +217,8 @@ class Config:
                 "SCHEDULER": c.scheduler,
                 **({"HOSTS_PORTS": list(c.hosts_ports)} if c.hosts_ports else {}),
             },
+            **({"COMMAND_LINE": {k: list(v) if isinstance(v, tuple) else v for k, v in self.overrides}}
+               if self.overrides else {}),
         }
 
 
@@ -230,6 +238,38 @@ def load_config(test_path, cluster_override=None, *, source_root: Path = SOURCE_
         raise ConfigError([one_line(p) for p in problems])
     assert config is not None
     return _with_preparation_warnings(config)
+
+
+PYTHON_ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\s*=(?!=)")     # VENDOR = "nvidia"
+INDENT_ERRORS = ("mapping values are not allowed here", "expected <block end>", "did not find expected key",
+                 "could not find expected ':'", "did not find expected '-' indicator")
+INDENT_HINT = ("hint: check the indentation of that line and the one above it: the keys of one mapping start in "
+               "the same column, a key's value is indented under the key, with spaces")
+TAB_HINT = "hint: YAML indents with spaces, not tabs: replace the tabs at the start of that line"
+
+
+def _hinted(path: Path, problems: list) -> list:
+    """A YAML file that did not read as a mapping: FlagPerf's Python config under a YAML name is said so (one
+    line), an indentation error gets a hint after the parser's sentence."""
+    if Path(path).suffix != ".py":
+        text, unreadable = read_text(Path(path))      # a regular file of at most 1 MiB, else not read
+        lines = [] if unreadable else [line.rstrip() for line in text.splitlines()]
+        code = [line for line in lines if line.strip() and not line.lstrip().startswith("#")]
+        assigned = [line for line in code if not line[:1].isspace() and PYTHON_ASSIGNMENT.match(line)]
+        if assigned and len(assigned) * 2 >= len([line for line in code if not line[:1].isspace()]):
+            name = assigned[0].split("=", 1)[0].strip()
+            return [one_line(f"{path}: this is Python (assignments such as '{name} = ...'), not YAML: FlagPerf's "
+                             f"test_conf.py or cluster_conf.py under another name? Give it back its .py name "
+                             f"(flagperf reads FlagPerf's Python configs as they are, and `flagperf convert` "
+                             f"writes them as YAML)")]
+    out = []
+    for p in problems:
+        if "YAML syntax error" in p and "character '\\t'" in p:
+            p = f"{p}; {TAB_HINT}"
+        elif "YAML syntax error" in p and any(e in p for e in INDENT_ERRORS):
+            p = f"{p}; {INDENT_HINT}"
+        out.append(p)
+    return out
 
 
 def _pairs_problems(config: Config) -> list:
@@ -286,9 +326,10 @@ def _load_config(test_path, cluster_override, problems, source_root, detect) -> 
     test_path = _cli_path(test_path, "--config")
     data, problems_yaml = load_config_file(test_path)
     if problems_yaml:
-        raise ConfigError(problems_yaml)
+        raise ConfigError(_hinted(test_path, problems_yaml))
     if not isinstance(data, LineMap):
-        raise ConfigError(f"{test_path}: expected a mapping of test-config keys (VENDOR, RUNTIME, CASES, ...)")
+        raise ConfigError(_hinted(test_path, [f"{test_path}: expected a mapping of test-config keys (VENDOR, "
+                                              f"RUNTIME, CASES, ...)"]))
     warnings: list[str] = []
     ck = Checker(test_path, problems, warnings)
     # A test config that lists HOSTS holds its cluster keys too (FlagPerf's host.yaml).
@@ -554,10 +595,25 @@ def _load_cases(ck: Checker, data, cluster, vendor, source_root, case_paths=(), 
         elif cluster is not None and resolved and any(h.is_local for h in cluster.hosts[:case.nnodes]):
             if not is_("is_dir", resolved):
                 ck.add(cases_map, key, f"data directory {resolved} does not exist on localhost", label)
+        _check_cpu_nproc(ck, cases_map, key, label, case, vendor, cluster)
         cases.append(CaseSpec(key, case.model, case.framework, case.hw, nnodes, case.nproc, case.repeat,
                               data_dir=resolved, each=case.each, pairs=case.pairs,
                               framework_full=case.framework_full, extra=case.extra))
     return cases
+
+
+def _check_cpu_nproc(ck: Checker, cases_map, key, label, case: CaseSpec, vendor, cluster, cores=None) -> None:
+    """A CPU case with more ranks than this machine has cores, on this machine: a warning (the ranks share cores,
+    and their figures are not what the node delivers)."""
+    cores = cores or os.cpu_count()
+    if vendor is None or vendor.device != "cpu" or case.nproc is None or cluster is None or not cores or \
+            case.nproc <= cores:
+        return
+    if not any(h.is_local for h in (cluster.hosts if case.each or case.pairs else cluster.hosts[:case.nnodes])):
+        return
+    ck.warn(cases_map, key, f"nproc {case.nproc} is above the {cores} CPU core(s) of this machine (localhost): "
+                            f"the ranks share cores and each one's figure drops; use nproc auto or at most {cores}",
+            label)
 
 
 def _training_framework(case_paths, model: str, framework: str) -> bool:
@@ -787,10 +843,10 @@ def _load_cluster(path: Path | None, problems: list, warnings: list | None = Non
         return default_cluster()
     data, yproblems = load_config_file(path)
     if yproblems:
-        problems.extend(yproblems)
+        problems.extend(_hinted(path, yproblems))
         return None
     if not isinstance(data, LineMap):
-        problems.append(f"{path}: expected a mapping of cluster keys (HOSTS, MASTER_PORT, ...)")
+        problems.extend(_hinted(path, [f"{path}: expected a mapping of cluster keys (HOSTS, MASTER_PORT, ...)"]))
         return None
     ck = Checker(path, problems, warnings)
     ck.unknown_keys(data, _cluster_keys(data), ignored={k: FLAGPERF_IGNORED[k] for k in CLUSTER_IGNORED},
@@ -843,3 +899,152 @@ def _hosts_ports(ck: Checker, data) -> tuple:
             return ()
         ports.append(int(text))
     return tuple(ports)
+
+
+# -- command-line overrides (flagperf run --case, --repeat, --hosts, --log-path, --master-port) ------------------
+
+HOST_ADDRESS = re.compile(r"[A-Za-z0-9_.:%\[\]-]{1,253}")   # what HOSTS accepts as an address
+
+
+@dataclass(frozen=True)
+class Overrides:
+    """What the command line sets over the files; None or () leaves the file's value."""
+
+    cases: tuple = ()               # shell-style patterns, each matched against a case's model and its whole key
+    repeat: int | None = None       # every selected case's repeat
+    hosts: tuple = ()               # the cluster's HOSTS (addresses)
+    log_path: str | None = None     # FLAGPERF_LOG_PATH
+    master_port: int | None = None  # MASTER_PORT
+
+    def as_pairs(self) -> tuple:
+        """((option, value), ...) as the effective configuration records them."""
+        out = [("--case", tuple(self.cases)) if self.cases else None,
+               ("--repeat", self.repeat) if self.repeat is not None else None,
+               ("--hosts", ",".join(self.hosts)) if self.hosts else None,
+               ("--log-path", self.log_path) if self.log_path is not None else None,
+               ("--master-port", self.master_port) if self.master_port is not None else None]
+        return tuple(x for x in out if x is not None)
+
+
+def apply_overrides(config: Config, ov: Overrides) -> Config:
+    """A new Config with the command line's overrides applied, re-checked as the loader checks the files (case
+    selection, repeat bounds, host addresses, ports, nnodes against the hosts); ConfigError names the option."""
+    if not ov.as_pairs():
+        return config
+    t, c = config.test, config.cluster
+    problems: list = []
+    cases = _selected_cases(t.cases, ov.cases, problems)
+    if ov.repeat is not None:
+        if not 1 <= ov.repeat <= MAX_REPEAT:
+            problems.append(f"--repeat: expected rounds from 1 to {MAX_REPEAT}, got {ov.repeat}")
+        else:
+            cases = tuple(replace(case, repeat=ov.repeat) for case in cases)
+    log_path = t.log_path
+    if ov.log_path is not None:
+        try:
+            log_path = _cli_path(ov.log_path, "--log-path")
+        except ConfigError as exc:
+            problems.extend(exc.problems)
+        else:
+            if log_path.exists() and not log_path.is_dir():
+                problems.append(f"--log-path {ov.log_path}: expected a folder for the run directories, "
+                                f"{log_path} is not a directory")
+    options, port = c.options, c.master_port
+    if ov.hosts:
+        options = _hosts_override(c, ov.hosts, problems)
+    if ov.master_port is not None:
+        if not 1 <= ov.master_port <= 65535:
+            problems.append(f"--master-port: expected a TCP port 1-65535, got {ov.master_port}")
+        else:
+            port = options.plan_master_port(ov.master_port)
+    if problems:
+        raise ConfigError([one_line(p) for p in problems])
+    hosts = options.plan_hosts(cases, t.flagperf_path)
+    if t.base_mode:
+        cases = tuple(replace(case, nnodes=len(hosts)) for case in cases)
+    elif ov.hosts or not _host_list(c.scheduler):
+        cases = tuple(replace(case, nnodes=len(hosts)) if case.each or case.pairs else case for case in cases)
+    cluster = replace(c, hosts=hosts, options=options, master_port=port)
+    test = replace(t, cases=cases, log_path=log_path)
+    problems.extend(_override_case_problems(test, cluster, ov))
+    if problems:
+        raise ConfigError([one_line(p) for p in problems])
+    return replace(config, test=test, cluster=cluster, overrides=config.overrides + ov.as_pairs())
+
+
+def _selected_cases(cases: tuple, patterns: tuple, problems: list) -> tuple:
+    """The cases whose model or whole key matches one of ``patterns`` (shell-style, case-sensitive), in the
+    file's order; a pattern that matches none is a problem listing the keys."""
+    if not patterns:
+        return cases
+    keys = ", ".join(case.key for case in cases)
+    for pattern in patterns:
+        if not any(fnmatch.fnmatchcase(case.model, pattern) or fnmatch.fnmatchcase(case.key, pattern)
+                   for case in cases):
+            problems.append(f"--case {pattern}: no case's model or key matches; expected one of: {keys}")
+    return tuple(case for case in cases if any(fnmatch.fnmatchcase(case.model, p) or fnmatch.fnmatchcase(case.key, p)
+                                               for p in patterns))
+
+
+def _hosts_override(cluster: ClusterConfig, addresses: tuple, problems: list) -> BackendOptions:
+    """The cluster's options with HOSTS replaced: a host the cluster config lists keeps its entry (SSH settings,
+    PYTHON, FLAGPERF_PATH); another takes the SSH settings and PYTHON of the config's first SSH host."""
+    reg = registration(cluster.scheduler)
+    known = getattr(cluster.options, "hosts", None)
+    if reg is None or not reg.host_list or known is None:
+        problems.append(f"--hosts: SCHEDULER {cluster.scheduler!r} picks its nodes itself; expected a cluster "
+                        f"config with HOSTS (SCHEDULER: ssh)")
+        return cluster.options
+    bad = [a for a in addresses if not HOST_ADDRESS.fullmatch(a)]
+    if bad:
+        problems.append(f"--hosts: expected comma-separated host names or addresses (localhost allowed), got "
+                        f"{', '.join(repr(a) for a in bad)}")
+        return cluster.options
+    by_address = {h.address: h for h in known}
+    remote = next((h for h in known if not h.is_local), None)
+    hosts = []
+    for address in addresses:
+        if address in by_address:
+            hosts.append(by_address[address])
+        elif address == LOCALHOST:
+            hosts.append(HostSpec(LOCALHOST, None, None, None, sys.executable, ""))
+        elif remote is not None:
+            hosts.append(replace(remote, address=address, flagperf_path=""))
+        else:
+            hosts.append(HostSpec(address, None, None, None, "python3", ""))
+    options: Any = cluster.options     # a host-list backend's options (checked above): they have hosts
+    return replace(options, hosts=tuple(hosts))
+
+
+def _host_list(scheduler: str) -> bool:
+    reg = registration(scheduler)
+    return reg is not None and reg.host_list
+
+
+def _override_case_problems(test: TestConfig, cluster: ClusterConfig, ov: Overrides) -> list:
+    """What the loader checks of the cases against the cluster, again after --hosts and --master-port."""
+    out = []
+    distinct = {h.address: h for h in cluster.hosts}
+    mixed = any(h.is_local for h in distinct.values()) and any(not h.is_local for h in distinct.values())
+    what = f"--hosts {','.join(ov.hosts)}" if ov.hosts else str(cluster.path or "the default cluster (localhost)")
+    for case in test.cases:
+        label = f"CASES[{case.key!r}]"
+        if case.each and cluster.master_port + len(distinct) - 1 > 65535:
+            out.append(f"{label}: nnodes each: the {len(distinct)} hosts listen on MASTER_PORT {cluster.master_port} "
+                       f"to {cluster.master_port + len(distinct) - 1}, past 65535; lower --master-port")
+        elif case.pairs and len(distinct) < 2:
+            out.append(f"{label}: nnodes pairs needs at least 2 hosts, {what} gives {len(distinct)}")
+        elif case.pairs and cluster.master_port + len(distinct) // 2 - 1 > 65535:
+            out.append(f"{label}: nnodes pairs: the pair jobs listen on MASTER_PORT {cluster.master_port} to "
+                       f"{cluster.master_port + len(distinct) // 2 - 1}, past 65535; lower --master-port")
+        elif case.pairs and mixed:
+            out.append(f"{label}: nnodes pairs: 'localhost' is listed beside SSH hosts, which cannot reach its "
+                       f"MASTER_ADDR 127.0.0.1; list this machine by an address they can reach")
+        elif not (case.each or case.pairs) and _host_list(cluster.scheduler) and \
+                case.nnodes > len(cluster.hosts):
+            out.append(f"{label}: nnodes {case.nnodes} exceeds the {len(cluster.hosts)} host(s) of {what}")
+        elif not (case.each or case.pairs) and case.nnodes > 1 and cluster.hosts[0].is_local and \
+                any(not h.is_local for h in cluster.hosts[:case.nnodes]):
+            out.append(f"{label}: node 0 is 'localhost' but other nodes are SSH hosts, which cannot reach its "
+                       f"MASTER_ADDR 127.0.0.1; list this machine by an address they can reach ({what})")
+    return out

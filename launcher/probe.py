@@ -133,9 +133,26 @@ def port_info(port):
         s.listen(1)
         return {"port": port, "free": True, "error": None}
     except OSError as exc:
-        return {"port": port, "free": False, "error": describe(exc)}
+        return {"port": port, "free": False, "error": describe(exc), "free_port": free_port_after(port)}
     finally:
         s.close()
+
+
+def free_port_after(port, tries=100):
+    """The first port after ``port`` that can be listened on (None: none of the next ``tries``)."""
+    import socket
+    for candidate in range(port + 1, min(port + tries, 65535) + 1):
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.bind(("", candidate))
+            s.listen(1)
+            return candidate
+        except OSError:
+            continue
+        finally:
+            s.close()
+    return None
 
 
 def main():

@@ -120,7 +120,8 @@ class HostListBackend(Backend):
         return interpret_probe(host.address, host.python, r.returncode, r.stdout, r.stderr, fp=fp,
                                launcher_dir=launcher_dir, result_root=result_root, need=need, vendor=vendor,
                                runtime=self.config.test.runtime,
-                               in_container=self.config.test.runtime in self.options.container_runtimes)
+                               in_container=self.config.test.runtime in self.options.container_runtimes,
+                               move_busy_port=len(unique_hosts(self.config.cluster.hosts)) == 1)
 
     # -- a case ---------------------------------------------------------------------------------------------
     def prepare_case(self, case) -> None:

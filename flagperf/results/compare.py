@@ -11,11 +11,15 @@ The rules (docs/compare.md):
 - Direction: the headline's ``higher_is_better`` from the FINISHED record; for the other metrics it is inferred
   from the name, then the unit (:func:`infer_higher_is_better`); unknown means the metric is shown but never
   counts as a regression.
-- Beyond noise: with >= 3 passed rounds on each side, the two-sided Mann-Whitney U test (:func:`mann_whitney_u`)
-  at ``alpha``; with fewer, no test ("n<3: no test"): the change must exceed the larger of the two sides'
-  spreads, (max - min) / |median| x 100. The spread also decides when the test cannot reach ``alpha`` at these
-  sample sizes (3 rounds against 3: the smallest possible p is 0.1); the p-value is still reported.
-- A regression is a change in the bad direction larger than ``threshold_pct`` that is beyond noise.
+- Beyond the threshold: B/A or A/B beyond 1 + ``threshold_pct`` / 100 when both medians are positive (so a rate
+  and its time, x and 1/x, cross the threshold together), else |change| > ``threshold_pct``.
+- Evidence, one rule for every metric: with >= 3 passed rounds on each side, the two-sided Mann-Whitney U test
+  (:func:`mann_whitney_u`) at ``alpha``, when its most extreme outcome can reach ``alpha`` at these sample sizes
+  (3 rounds against 3 cannot: the smallest possible p is 0.1; 4 against 4 can). Otherwise (fewer rounds, one
+  round per side, a test that cannot reach ``alpha``) the rounds cannot tell a change from noise: a change beyond
+  the threshold is ``insufficient evidence``, never a regression. Each side's rounds and spread,
+  (max - min) / |median| x 100, are reported as the evidence; the spread never decides.
+- A regression is a change in the bad direction beyond ``threshold_pct`` that the test finds significant.
 - Setup: each side's case environment (its case config's ``env``) and the NCCL version its ranks loaded
   (``CaseSummary.nccl``); what differs is listed (``setup_differences``), never a verdict by itself.
 """
@@ -29,7 +33,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from flagperf.results.summary import _finite
 
-COMPARE_SCHEMA = "flagperf.compare/1"
+COMPARE_SCHEMA = "flagperf.compare/2"
 DEFAULT_THRESHOLD_PCT = 5.0
 DEFAULT_ALPHA = 0.05
 MIN_ROUNDS_FOR_TEST = 3
@@ -38,18 +42,19 @@ EXACT_MAX_N = 20            # exact Mann-Whitney distribution up to this many ro
 TEST_EXACT = "mann-whitney-u exact"
 TEST_NORMAL = "mann-whitney-u normal"
 TEST_NONE = "n<3: no test"
-# What decided "beyond noise": the test's p-value, or the spread (no test, or a test that cannot reach alpha).
+# What decided "beyond noise": the test's p-value, or nothing (no test, or a test that cannot reach alpha).
 BASIS_P = "p_value"
-BASIS_SPREAD = "spread"
+BASIS_NONE = "none"
 
 # Verdicts of one metric.
-REGRESSION = "regression"       # worse by more than the threshold, beyond noise
-IMPROVEMENT = "improvement"     # better by more than the threshold, beyond noise
-UNCHANGED = "unchanged"         # |change| <= threshold
-NOISE = "noise"                 # |change| > threshold, but not beyond the run-to-run noise
-CHANGED = "changed"             # |change| > threshold and beyond noise, but the direction is unknown
+REGRESSION = "regression"       # worse beyond the threshold, the test significant
+IMPROVEMENT = "improvement"     # better beyond the threshold, the test significant
+UNCHANGED = "unchanged"         # within the threshold
+NOISE = "noise"                 # beyond the threshold, but the test finds it within the run-to-run noise
+INSUFFICIENT = "insufficient evidence"  # beyond the threshold, but too few rounds for the test to reach alpha
+CHANGED = "changed"             # beyond the threshold and significant, but the direction is unknown
 INCOMPARABLE = "incomparable"   # no change can be computed (median A is 0, the unit or headline metric differs)
-VERDICTS = (REGRESSION, IMPROVEMENT, UNCHANGED, NOISE, CHANGED, INCOMPARABLE)
+VERDICTS = (REGRESSION, IMPROVEMENT, UNCHANGED, NOISE, INSUFFICIENT, CHANGED, INCOMPARABLE)
 
 # Direction from the metric's name, checked first (the unit alone would mislead): (regex on the lower-case
 # name, higher_is_better). None: no direction (a fact about the host, not a performance number).
@@ -163,6 +168,24 @@ def mann_whitney_u(a, b) -> MannWhitney:
     return MannWhitney(u, p(abs(u - n1 * n2 / 2)), TEST_NORMAL, p(n1 * n2 / 2))
 
 
+@lru_cache(maxsize=64)
+def rounds_needed(alpha: float) -> int:
+    """The fewest passed rounds on each side (at least MIN_ROUNDS_FOR_TEST) with which the Mann-Whitney test can
+    reach ``alpha`` at all: its most extreme outcome, 2 / C(2n, n), below ``alpha`` (4 for 0.05, 5 for 0.01)."""
+    n = MIN_ROUNDS_FOR_TEST
+    while 2 / math.comb(2 * n, n) >= alpha and n < 1000:
+        n += 1
+    return n
+
+
+def beyond_threshold(median_a, median_b, change_pct, threshold_pct) -> bool:
+    """Whether a change crosses the threshold: B/A or A/B above 1 + threshold / 100 when both medians are positive
+    (x and 1/x, a rate and its time, cross it together), else |change| above the threshold."""
+    if median_a is not None and median_b is not None and median_a > 0 and median_b > 0:
+        return max(median_b / median_a, median_a / median_b) - 1 > threshold_pct / 100 * (1 + 1e-12)
+    return change_pct is not None and abs(change_pct) > threshold_pct
+
+
 # ------------------------------------------------------------------------------------------ the comparison
 @dataclass
 class Side:
@@ -203,11 +226,13 @@ class MetricComparison:
     change_pct: float | None
     test: str                           # TEST_EXACT, TEST_NORMAL or TEST_NONE
     p_value: float | None
-    basis: str                          # BASIS_P or BASIS_SPREAD: what decided ``significant``
+    basis: str                          # BASIS_P (the test decides) or BASIS_NONE (too few rounds to decide)
     spread_pct: float | None            # the larger of the two sides' spreads
-    significant: bool                   # beyond noise: p < alpha, or (no test) |change| > spread
+    significant: bool                   # beyond noise: the test can reach alpha and p < alpha
     verdict: str
     note: str = ""
+    min_p_value: float | None = None    # the smallest p the test could give at these sample sizes; None: no test
+    rounds_needed: int = 0              # passed rounds per side with which the test can reach alpha
 
     @property
     def regression(self) -> bool:
@@ -219,7 +244,7 @@ class MetricComparison:
                 "a": self.a.to_dict(), "b": self.b.to_dict(), "change_pct": self.change_pct, "test": self.test,
                 "p_value": self.p_value, "basis": self.basis, "spread_pct": self.spread_pct,
                 "significant": self.significant, "verdict": self.verdict, "regression": self.regression,
-                "note": self.note}
+                "note": self.note, "min_p_value": self.min_p_value, "rounds_needed": self.rounds_needed}
 
 
 @dataclass
@@ -327,21 +352,20 @@ def compare_metric(name, values_a, values_b, *, unit="", higher_is_better=None, 
             change = (b.median - a.median) / abs(a.median) * 100
     spreads = [s for s in (a.spread_pct, b.spread_pct) if s is not None]
     spread = max(spreads) if spreads else None
-    p_value = None
-    test, basis = TEST_NONE, BASIS_SPREAD
+    p_value = min_p = None
+    test, basis = TEST_NONE, BASIS_NONE
     if a.n >= MIN_ROUNDS_FOR_TEST and b.n >= MIN_ROUNDS_FOR_TEST:
         mw = mann_whitney_u(a.values, b.values)
-        test, p_value = mw.method, mw.p_value
+        test, p_value, min_p = mw.method, mw.p_value, mw.min_p_value
         if mw.min_p_value < alpha:
             basis = BASIS_P
-    if basis == BASIS_P:
-        significant = change is not None and p_value is not None and p_value < alpha
-    else:
-        significant = change is not None and abs(change) > (spread if spread is not None else 0.0)
+    significant = basis == BASIS_P and change is not None and p_value is not None and p_value < alpha
     if change is None:
         verdict = INCOMPARABLE
-    elif abs(change) <= threshold_pct:
+    elif not beyond_threshold(a.median, b.median, change, threshold_pct):
         verdict = UNCHANGED
+    elif basis != BASIS_P:
+        verdict = INSUFFICIENT
     elif not significant:
         verdict = NOISE
     elif higher_is_better is None:
@@ -349,7 +373,7 @@ def compare_metric(name, values_a, values_b, *, unit="", higher_is_better=None, 
     else:
         verdict = IMPROVEMENT if (change > 0) == bool(higher_is_better) else REGRESSION
     return MetricComparison(name, headline, unit, higher_is_better, direction_source, a, b, change, test, p_value,
-                            basis, spread, significant, verdict, note)
+                            basis, spread, significant, verdict, note, min_p, rounds_needed(alpha))
 
 
 def _setup(case) -> dict:

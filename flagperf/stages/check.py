@@ -4,10 +4,16 @@ round."""
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
+
+import yaml
 
 from flagperf.backends import Backend
-from flagperf.checks import failed, needed_accelerators
+from flagperf.checks import failed, moved_port, needed_accelerators, port_note
+from flagperf.plan import build_plan
 from flagperf.stages.context import RunContext
+from flagperf.stages.prepare import run_record
+from flagperf_contract import write_json_atomic
 
 
 def check_hosts(backend: Backend, hosts, need: dict, *, deploy: bool, say=None) -> list:
@@ -54,6 +60,7 @@ def check(ctx: RunContext) -> tuple:
             out.detail(f"host {c.host}: ok: {c.detail}")
         else:
             out.step(f"host {c.host}: {c.outcome}: {c.detail}; {c.remedy}", logging.ERROR)
+    _move_master_port(ctx, checks)
     bad = [c for c in checks if not c.ok]
     if bad:
         ctx.summary.host_checks = [{"host": c.host, "outcome": c.outcome, "detail": c.detail, "remedy": c.remedy}
@@ -61,3 +68,17 @@ def check(ctx: RunContext) -> tuple:
         ctx.mark_not_run(f"not run: {len(bad)} host(s) failed their check "
                          f"({', '.join(c.host + ': ' + c.outcome for c in bad)})")
     return not bad, accelerators_of(checks)
+
+
+def _move_master_port(ctx: RunContext, checks) -> None:
+    """A single-host run whose MASTER_PORT was taken: the plan, effective_config.yaml and run.json take the free
+    port the probe found (the backend passes such a check only on a single-host run), with a note."""
+    port = next((p for p in map(moved_port, checks) if p is not None), None)
+    if port is None:
+        return
+    ctx.console.step(f"note: {port_note(next(c for c in checks if moved_port(c) is not None))}", logging.WARNING)
+    config = replace(ctx.config, cluster=replace(ctx.config.cluster, master_port=port))
+    ctx.plan = build_plan(config, ctx.plan.run_id)
+    (ctx.plan.run_dir / "effective_config.yaml").write_text(
+        yaml.safe_dump(config.to_dict(), sort_keys=False, allow_unicode=True), encoding="utf-8")
+    write_json_atomic(ctx.plan.run_dir / "run.json", run_record(ctx.plan, ctx.backend).to_dict())

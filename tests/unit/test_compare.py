@@ -8,8 +8,9 @@ import pytest
 from rich.console import Console
 
 from flagperf.reporters.compare import comparison_lines, comparison_table
-from flagperf.results.compare import (BASIS_P, BASIS_SPREAD, COMPARE_SCHEMA, TEST_EXACT, TEST_NONE, TEST_NORMAL,
-                                      compare_metric, compare_summaries, infer_higher_is_better, mann_whitney_u)
+from flagperf.results.compare import (BASIS_NONE, BASIS_P, COMPARE_SCHEMA, INSUFFICIENT, TEST_EXACT, TEST_NONE,
+                                      TEST_NORMAL, compare_metric, compare_summaries, infer_higher_is_better,
+                                      mann_whitney_u, rounds_needed)
 from flagperf.results.summary import SUMMARY_SCHEMA, Summary
 
 
@@ -161,15 +162,24 @@ def test_beyond_threshold_but_not_significant_is_noise():
     assert (m.significant, m.verdict, m.regression) == (False, "noise", False)
 
 
-def test_three_rounds_test_reported_but_spread_decides():
-    # 3 against 3 cannot reach p < 0.05 (min p = 0.1): the p-value is reported, the spread decides.
+def test_three_rounds_cannot_reach_alpha_insufficient_evidence():
+    # 3 against 3 cannot reach p < 0.05 (min p = 0.1): the p-value is reported, but the rounds cannot tell a
+    # change from noise, however clean the spreads look.
     a = summary("ra", case("k:f:h:1:1:3", [10.0, 10.2, 9.8]))         # spread 4 %
     b = summary("rb", case("k:f:h:1:1:3", [8.0, 8.1, 7.9]))           # spread 2.5 %, change -20 %
-    m = only_metric(compare_summaries(a, b))
-    assert (m.test, m.basis, m.p_value) == (TEST_EXACT, BASIS_SPREAD, pytest.approx(0.1))
-    assert m.spread_pct == pytest.approx(4.0) and m.verdict == "regression"
-    b = summary("rb", case("k:f:h:1:1:3", [8.0, 12.0, 7.0]))          # spread 62.5 % > |change| 20 %
-    assert only_metric(compare_summaries(a, b)).verdict == "noise"
+    cmp = compare_summaries(a, b)
+    m = only_metric(cmp)
+    assert (m.test, m.basis, m.p_value, m.min_p_value) == (TEST_EXACT, BASIS_NONE, pytest.approx(0.1),
+                                                            pytest.approx(0.1))
+    assert (m.a.spread_pct, m.b.spread_pct) == (pytest.approx(4.0), pytest.approx(2.5))
+    assert (m.spread_pct, m.verdict, m.regression, m.significant) == (pytest.approx(4.0), INSUFFICIENT, False, False)
+    assert not cmp.regressed and cmp.counts()[INSUFFICIENT] == 1
+    # with alpha 0.2 the same 3 rounds can decide
+    assert only_metric(compare_summaries(a, b, alpha=0.2)).verdict == "regression"
+
+
+def test_rounds_needed():
+    assert [rounds_needed(a) for a in (0.2, 0.1, 0.05, 0.01, 0.001)] == [3, 4, 4, 5, 7]
 
 
 def test_alpha_is_used():
@@ -182,30 +192,87 @@ def test_alpha_is_used():
 
 
 @pytest.mark.parametrize("values_a, values_b, spread, verdict", [
-    ([10.0], [8.0], 0.0, "regression"),                 # one round each: no spread to hold it against
-    ([10.0, 10.4], [8.0, 8.2], 3.9215686, "regression"),  # -20.6 % against 0.4/10.2 = 3.9 %
-    ([10.0, 13.0], [9.0, 10.0], 26.0869565, "noise"),   # -17.4 % against a 26 % spread
+    ([10.0], [8.0], 0.0, INSUFFICIENT),                 # one round each: nothing to tell a change from noise
+    ([10.0], [10.3], 0.0, "unchanged"),                 # within the threshold needs no test
+    ([10.0, 10.4], [8.0, 8.2], 3.9215686, INSUFFICIENT),  # -20.6 % against a 3.9 % spread: still two rounds
+    ([10.0, 13.0], [9.0, 10.0], 26.0869565, INSUFFICIENT),
 ])
 def test_fewer_than_three_rounds_no_test(values_a, values_b, spread, verdict):
     m = only_metric(compare_summaries(summary("ra", case("k:f:h:1:1:2", values_a)),
                                       summary("rb", case("k:f:h:1:1:2", values_b))))
-    assert (m.test, m.p_value, m.basis) == (TEST_NONE, None, BASIS_SPREAD)
-    assert m.spread_pct == pytest.approx(spread) and m.verdict == verdict
+    assert (m.test, m.p_value, m.basis, m.min_p_value) == (TEST_NONE, None, BASIS_NONE, None)
+    assert m.spread_pct == pytest.approx(spread) and m.verdict == verdict and not m.regression
 
 
 def test_three_against_two_rounds_is_no_test():
-    m = only_metric(compare_summaries(summary("ra", case("k:f:h:1:1:3", [10.0, 10.1, 10.2])),
-                                      summary("rb", case("k:f:h:1:1:3", [5.0, 5.1]))))
-    assert m.test == TEST_NONE and m.verdict == "regression"
+    cmp = compare_summaries(summary("ra", case("k:f:h:1:1:3", [10.0, 10.1, 10.2])),
+                            summary("rb", case("k:f:h:1:1:3", [5.0, 5.1])))
+    m = only_metric(cmp)
+    assert m.test == TEST_NONE and m.verdict == INSUFFICIENT and not cmp.regressed
+
+
+@pytest.mark.parametrize("rounds, verdict", [(1, INSUFFICIENT), (3, INSUFFICIENT), (5, "regression")])
+def test_a_rate_and_its_time_get_the_same_outcome(rounds, verdict):
+    # One measurement, two metrics: tflops = work / time. The same rounds give the same evidence for both; the
+    # threshold is crossed by both at once (B/A or A/B): -4.9 % in tflops is +5.2 % in time.
+    base = [1.0 + 0.002 * i for i in range(rounds)]
+    for factor in (0.951, 0.7):
+        ta = [100 / x for x in base]
+        tb = [100 / (x * factor) for x in base]
+        a = summary("ra", case("gemm:pytorch:h:1:1:1", [1 / t for t in ta], {"time_ms": (ta, "ms")}))
+        b = summary("rb", case("gemm:pytorch:h:1:1:1", [1 / t for t in tb], {"time_ms": (tb, "ms")}))
+        cmp = compare_summaries(a, b)
+        head, time_ms = only_metric(cmp, "tflops"), only_metric(cmp, "time_ms")
+        assert head.verdict == time_ms.verdict == verdict, (factor, head.change_pct, time_ms.change_pct)
+        assert head.p_value == time_ms.p_value and head.basis == time_ms.basis
+
+
+def test_two_unchanged_default_runs_compare_clean(tmp_path, run_cli):
+    # The embedded default's gemm and training cases, one round per side, their figures 5-10 % apart either way
+    # (what two runs of an unchanged host give): no regression, exit 0; each metric says why.
+    metrics_a = {"time_ms_fp32": ([2.0], "ms"), "tflops_bf16": ([0.30], "TFLOP/s"), "time_ms_bf16": ([6.6], "ms"),
+                 "max_alloc_gib": ([1.5], "GiB"), "peak_mem": ([0.9], "GiB")}
+    metrics_b = {"time_ms_fp32": ([2.17], "ms"), "tflops_bf16": ([0.276], "TFLOP/s"), "time_ms_bf16": ([7.2], "ms"),
+                 "max_alloc_gib": ([1.39], "GiB"), "peak_mem": ([0.96], "GiB")}
+    a = save(tmp_path, "a", summary("run-a", case("gemm:pytorch:local:1:1:1", [0.214], metrics_a, metric="tflops_fp32"),
+                                    case("llm:pytorch:local:1:1:1", [1200.0], metric="tokens_per_s", unit="tokens/s")))
+    b = save(tmp_path, "b", summary("run-b", case("gemm:pytorch:local:1:1:1", [0.197], metrics_b, metric="tflops_fp32"),
+                                    case("llm:pytorch:local:1:1:1", [1090.0], metric="tokens_per_s", unit="tokens/s")))
+    rc, out, err = run_cli("compare", a, b)
+    assert rc == 0, out + err
+    assert "REGRESSION" not in out and "regression " not in out.replace("0 regression(s)", "")
+    assert "0 regression(s)" in out and "7 insufficient evidence" in out, out
+    assert "the Mann-Whitney test needs 4 or more on each side to reach alpha 0.05" in out
+    d = json.loads(run_cli("compare", a, b, "--json")[1])
+    verdicts = {m["metric"]: m["verdict"] for c in d["cases"] for m in c["metrics"]}
+    assert set(verdicts.values()) == {INSUFFICIENT}, verdicts
+    assert d["regressed"] is False and d["counts"]["regression"] == 0
+
+
+def test_five_rounds_and_a_real_drop_is_a_regression(tmp_path, run_cli):
+    rounds_a = [0.214, 0.210, 0.216, 0.212, 0.215]
+    rounds_b = [x * 0.7 for x in rounds_a]                  # a 30 % drop
+    a = save(tmp_path, "a", summary("run-a", case("gemm:pytorch:local:1:1:5", rounds_a, {
+        "time_ms_fp32": ([1 / x for x in rounds_a], "ms")}, metric="tflops_fp32")))
+    b = save(tmp_path, "b", summary("run-b", case("gemm:pytorch:local:1:1:5", rounds_b, {
+        "time_ms_fp32": ([1 / x for x in rounds_b], "ms")}, metric="tflops_fp32")))
+    rc, out, err = run_cli("compare", a, b)
+    assert rc == 1, out + err
+    assert "REGRESSION gemm-pytorch-local-1-1-5 tflops_fp32: 0.214 -> 0.1498 TFLOP/s (-30.0%, MWU exact " \
+           "p=0.00794; n 5/5, spread 2.8%/2.8%)" in out, out
+    assert "REGRESSION gemm-pytorch-local-1-1-5 time_ms_fp32:" in out
+    assert "2 regression(s)" in out and "0 insufficient evidence" in out
 
 
 def test_secondary_metrics_directions_and_units():
-    a = summary("ra", case("k:f:h:1:1:1", [10.0], {"time_ms": ([1.0], "ms"), "steps": ([100], "steps"),
-                                                     "bw": ([50.0], "GB/s"), "only_a": ([1.0], "s"),
-                                                     "flag": ([True], "bool"), "moved": ([2.0], "ms")}))
-    b = summary("rb", case("k:f:h:1:1:1", [10.0], {"time_ms": ([2.0], "ms"), "steps": ([200], "steps"),
-                                                     "bw": ([60.0], "GB/s"), "only_b": ([1.0], "s"),
-                                                     "flag": ([False], "bool"), "moved": ([2.0], "s")}))
+    def four(x):
+        return [x, x * 1.01, x * 0.99, x * 1.005]
+    a = summary("ra", case("k:f:h:1:1:4", four(10.0), {"time_ms": (four(1.0), "ms"), "steps": (four(100), "steps"),
+                                                       "bw": (four(50.0), "GB/s"), "only_a": (four(1.0), "s"),
+                                                       "flag": ([True] * 4, "bool"), "moved": (four(2.0), "ms")}))
+    b = summary("rb", case("k:f:h:1:1:4", four(10.0), {"time_ms": (four(2.0), "ms"), "steps": (four(200), "steps"),
+                                                       "bw": (four(60.0), "GB/s"), "only_b": (four(1.0), "s"),
+                                                       "flag": ([False] * 4, "bool"), "moved": (four(2.0), "s")}))
     cmp = compare_summaries(a, b)
     (c,) = cmp.cases
     assert [m.metric for m in c.metrics] == ["tflops", "bw", "moved", "steps", "time_ms"]  # headline, then sorted
@@ -217,7 +284,7 @@ def test_secondary_metrics_directions_and_units():
     assert (steps.higher_is_better, steps.verdict, steps.regression) == (None, "changed", False)
     moved = only_metric(cmp, "moved")
     assert moved.verdict == "incomparable" and moved.change_pct is None and "unit differs" in moved.note
-    assert [(cc.name, m.metric) for cc, m in cmp.regressions] == [("k-f-h-1-1-1", "time_ms")]
+    assert [(cc.name, m.metric) for cc, m in cmp.regressions] == [("k-f-h-1-1-4", "time_ms")]
 
 
 def test_headline_metric_differs_is_incomparable():
@@ -233,8 +300,8 @@ def test_zero_median_is_incomparable():
 
 
 def test_headline_direction_missing_is_inferred():
-    a = summary("ra", case("k:f:h:1:1:1", [10.0], unit="GB/s", hib=None))
-    b = summary("rb", case("k:f:h:1:1:1", [5.0], unit="GB/s", hib=None))
+    a = summary("ra", case("k:f:h:1:1:4", [10.0, 10.1, 9.9, 10.2], unit="GB/s", hib=None))
+    b = summary("rb", case("k:f:h:1:1:4", [5.0, 5.1, 4.9, 5.2], unit="GB/s", hib=None))
     m = only_metric(compare_summaries(a, b))
     assert (m.higher_is_better, m.direction_source, m.verdict) == (True, "unit", "regression")
 
@@ -284,19 +351,20 @@ def test_json_form():
     assert d["a"]["run_id"] == "ra" and d["b"]["run_id"] == "rb"
     assert d["counts"] == {"cases_compared": 1, "cases_only_in_a": 1, "cases_only_in_b": 0, "cases_regressed": 1,
                            "metrics_compared": 2, "regression": 1, "improvement": 0, "unchanged": 1, "noise": 0,
-                           "changed": 0, "incomparable": 0}
+                           "insufficient evidence": 0, "changed": 0, "incomparable": 0}
     assert d["regressions"] == [{"key": "k:f:h:1:1:4", "name": "k-f-h-1-1-4", "metric": "tflops",
                                  "change_pct": pytest.approx(-19.900497512), "p_value": pytest.approx(2 / 70),
                                  "test": TEST_EXACT}]
     head, time_ms = d["cases"][0]["metrics"]
     assert set(head) == {"metric", "headline", "unit", "higher_is_better", "direction_source", "a", "b",
                          "change_pct", "test", "p_value", "basis", "spread_pct", "significant", "verdict",
-                         "regression", "note"}
+                         "regression", "note", "min_p_value", "rounds_needed"}
     assert set(head["a"]) == {"n", "median", "min", "max", "spread_pct", "values"}
     assert head["headline"] is True and head["regression"] is True and head["a"]["values"] == [10.0, 10.2, 9.9, 10.1]
-    # all values equal: the test cannot reach alpha (p = 1 at best), the spread (0 %) decides; change 0 %
+    assert (head["min_p_value"], head["rounds_needed"]) == (pytest.approx(2 / 70), 4)
+    # all values equal: the test cannot reach alpha (p = 1 at best); the change, 0 %, is within the threshold
     assert time_ms["headline"] is False and time_ms["verdict"] == "unchanged" and time_ms["p_value"] == 1.0
-    assert time_ms["basis"] == BASIS_SPREAD
+    assert time_ms["basis"] == BASIS_NONE
     assert d["cases"][0]["regression"] is True and d["only_in_a"] == [{"key": "gone", "name": "gone"}]
 
 
@@ -309,10 +377,17 @@ def test_terminal_table_and_lines():
     assert "k-f-h-1-1-4" in out and "tflops (headline)" in out and "-19.9%" in out and "MWU exact p=0.0286" in out
     assert "regression" in out and "time_ms" in out and "unchanged" in out
     lines = comparison_lines(cmp)
-    assert "REGRESSION k-f-h-1-1-4 tflops: 10.05 -> 8.05 TFLOP/s (-19.9%, MWU exact p=0.0286)" in lines
+    assert "REGRESSION k-f-h-1-1-4 tflops: 10.05 -> 8.05 TFLOP/s (-19.9%, MWU exact p=0.0286; n 4/4, " \
+           "spread 3.0%/3.7%)" in lines
     assert lines[-1].startswith("1 case(s) compared, 2 metric(s): 1 regression(s), 0 improvement(s), 1 unchanged")
     one = compare_summaries(summary("ra", case("k", [10.0])), summary("rb", case("k", [5.0])))
-    assert "n<3: no test; spread 0.0%" in text(comparison_table(one))
+    out = text(comparison_table(one))
+    assert "n<3: no test" in out and "0.0%/0.0%" in out and "insufficient evidence" in out
+    assert "0 regressions" in out
+    three = compare_summaries(summary("ra", case("k", [10.0, 10.2, 9.8])), summary("rb", case("k", [5.0, 5.1, 4.9])))
+    assert "MWU exact p=0.1 (best p 0.1: n too small)" in text(comparison_table(three))
+    assert "1 metric(s) changed beyond 5% with insufficient evidence: as few as 3 passed round(s) on a side" \
+        in "\n".join(comparison_lines(three))
 
 
 # ------------------------------------------------------------------------------------------------- the CLI
@@ -326,11 +401,14 @@ def save(tmp_path, name, s: Summary):
 def test_cli_regression_exit_1(tmp_path, run_cli):
     a = save(tmp_path, "a", summary("ra", case("gemm:pytorch:x:1:1:4", [10.0, 10.2, 9.9, 10.1])))
     b = save(tmp_path, "b", summary("rb", case("gemm:pytorch:x:1:1:4", [8.0, 8.1, 7.9, 8.2])))
-    rc, out, err = run_cli("compare", a, b)
+    rc, out, err = run_cli("compare", a, b, cwd=tmp_path)
     assert rc == 1, (out, err)
     assert "REGRESSION gemm-pytorch-x-1-1-4 tflops: 10.05 -> 8.05 TFLOP/s" in out and err == ""
+    assert f"comparison page: {b / 'compare-ra-rb.html'}" in out and (b / "compare-ra-rb.html").is_file()
+    assert list(tmp_path.glob("*.html")) == []          # not in the current directory
     rc, out, err = run_cli("compare", a, b, "--json")
     assert rc == 1 and json.loads(out)["regressions"][0]["metric"] == "tflops"
+    assert err.strip() == f"flagperf: comparison page: {b / 'compare-ra-rb.html'}"
     rc, out, _ = run_cli("compare", a, b, "--threshold", "25")        # -19.9 % is within 25 %
     assert rc == 0, out
 
