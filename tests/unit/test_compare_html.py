@@ -2,9 +2,7 @@
 the evidence per metric, the outcome coloured; every text from a summary escaped; report.html's CSP, no script,
 nothing loaded; written into run B's directory or --out."""
 import html.parser
-import os
 
-import pytest
 
 from flagperf.reporters.compare import comparison_html, html_file_name
 from flagperf.reporters.html import CSP
@@ -125,14 +123,13 @@ def test_cli_writes_the_page_into_run_b_or_out(tmp_path, run_cli):
     assert rc == 0 and (out_dir / "compare-ra-rb.html").is_file(), out + err
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into a read-only folder")
-def test_cli_read_only_run_b_keeps_the_text_form(tmp_path, run_cli):
+def test_cli_unwritable_page_keeps_the_text_form(tmp_path, run_cli):
+    """The page cannot be written (a directory stands at its path: unwritable for root too): the text form stands
+    alone, exit 0, and a note says why."""
     a = save(tmp_path, "a", summary("ra", case("k", [1.0])))
     b = save(tmp_path, "b", summary("rb", case("k", [1.0])))
-    b.chmod(0o555)
-    try:
-        rc, out, err = run_cli("compare", a, b, cwd=tmp_path)
-    finally:
-        b.chmod(0o755)
+    (b / "compare-ra-rb.html").mkdir()
+    rc, out, err = run_cli("compare", a, b, cwd=tmp_path)
     assert rc == 0, out + err
-    assert f"comparison page not written: {b / 'compare-ra-rb.html'}: Permission denied" in out
+    assert f"comparison page not written: {b / 'compare-ra-rb.html'}: " in out
+    assert "REGRESSION" not in out
