@@ -360,20 +360,24 @@ def find_case_of(source_root: Path, case_paths, vendor: str, case, base_mode: st
                      prefer=(model_sources or {}).get(case.model))
 
 
-def case_problems(config_path, source_root: Path, case_paths, vendor: str, cases, base_mode: str | None,
-                  model_sources=None) -> list:
-    """Config-load check of every case's folder: a bad benchmark.yaml (file, line, key), a toolkit without the
-    vendor/chip folder, a FlagPerf training case without its launcher or vendor config, an ambiguous model;
-    one line each."""
+def resolve_cases(config_path, source_root: Path, case_paths, vendor: str, cases, base_mode: str | None,
+                  model_sources=None) -> tuple:
+    """({case key: CaseSource or None}, problems): the config-load check of every case's folder (a bad
+    benchmark.yaml naming its file, line and key; a toolkit without the vendor/chip folder; a FlagPerf training case
+    without its launcher or vendor config; an ambiguous model; one line each), each distinct case looked up once."""
     problems: list = []
+    sources: dict = {}
     seen: dict = {}
     for case in cases:
         key = (case.model, case.framework, case.framework_full, case.hw, case.nnodes, case.nproc,
                getattr(case, "each", False), getattr(case, "pairs", False))
         if key not in seen:
-            seen[key] = find_case_of(source_root, case_paths, vendor, case, base_mode, model_sources)[1]
-        for p in seen[key]:     # benchmark.yaml problems name that file; the others are about the case
+            seen[key] = find_case_of(source_root, case_paths, vendor, case, base_mode, model_sources)
+        src, found = seen[key]
+        sources[case.key] = src
+        for p in found:     # benchmark.yaml problems name that file; the others are about the case
             p = f"{config_path}: CASES[{case.key!r}]: {p}" if p.startswith("model ") else p
             if p not in problems:
                 problems.append(p)
-    return problems
+    return sources, problems
+

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from flagperf.options import all_cluster_keys, backend_names, load_options, registration
 from flagperf.options.base import COLLECT_MAX_BYTES, LOCALHOST, BackendOptions, HostSpec
-from flagperf.catalog import MODEL_SOURCE_VALUES, benchmark_names, case_problems, find_case_of, training_tree
+from flagperf.catalog import MODEL_SOURCE_VALUES, benchmark_names, resolve_cases, training_tree
 from flagperf.checker import Checker, close_key, is_, reason, resolve
 from flagperf.container_opts import merge, translate_container_opt
 from flagperf.errors import ConfigError
@@ -231,13 +231,14 @@ def load_config(test_path, cluster_override=None, *, source_root: Path = SOURCE_
         raise ConfigError([one_line(p) for p in exc.problems]) from None
     if config is not None and not problems:     # each case's folder: benchmark.yaml, toolkit vendor/chip folders
         t = config.test
-        problems.extend(case_problems(t.path, config.source_root, t.case_paths, config.vendor.name, t.cases,
-                                      t.base_mode, t.model_source_map))
-        problems.extend(_pairs_problems(config))
+        sources, found = resolve_cases(t.path, config.source_root, t.case_paths, config.vendor.name, t.cases,
+                                       t.base_mode, t.model_source_map)
+        problems.extend(found)
+        problems.extend(_pairs_problems(config, sources))
     if problems:
         raise ConfigError([one_line(p) for p in problems])
     assert config is not None
-    return _with_preparation_warnings(config)
+    return _with_preparation_warnings(config, sources)
 
 
 PYTHON_ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\s*=(?!=)")     # VENDOR = "nvidia"
@@ -272,15 +273,14 @@ def _hinted(path: Path, problems: list) -> list:
     return out
 
 
-def _pairs_problems(config: Config) -> list:
+def _pairs_problems(config: Config, sources: dict) -> list:
     """A ``pairs`` case of a FlagPerf training tree is refused: its launcher takes the round as a number and
     writes into ``round<k>/``, while a pairs case's rounds are ``round<k>-stage<s>/``."""
     t, out = config.test, []
     for case in t.cases:
         if not case.pairs:
             continue
-        src, _ = find_case_of(config.source_root, t.case_paths, config.vendor.name, case, t.base_mode,
-                              t.model_source_map)
+        src = sources.get(case.key)
         if src is not None and src.training is not None:
             out.append(f"{t.path}: CASES[{case.key!r}]: nnodes pairs runs flagperf's benchmarks and toolkits, not "
                        f"a FlagPerf training case (its launcher names its round folders by number); give it a "
@@ -288,7 +288,7 @@ def _pairs_problems(config: Config) -> list:
     return out
 
 
-def _with_preparation_warnings(config: Config) -> Config:
+def _with_preparation_warnings(config: Config, sources: dict) -> Config:
     """A FlagPerf training case prepares its environment before every round (pip install of its requirements.txt,
     its csrc/ extension); outside a container that installs into the host's Python environment: say so."""
     t = config.test
@@ -296,8 +296,7 @@ def _with_preparation_warnings(config: Config) -> Config:
         return config
     extra = []
     for case in t.cases:
-        src, _ = find_case_of(config.source_root, t.case_paths, config.vendor.name, case, t.base_mode,
-                              t.model_source_map)
+        src = sources.get(case.key)
         tc = src.training if src is not None else None
         if tc is None or (tc.requirements is None and tc.extension is None):
             continue

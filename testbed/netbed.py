@@ -501,26 +501,7 @@ class NetBed(SSHBed):
     def _launch(self, i: int) -> None:
         d = self.host_dir(i)
         cfg, log = d / "sshd_config", d / "sshd.log"
-        cfg.write_text("\n".join([
-            f"ListenAddress {self.addresses[i]}",
-            f"Port {self.port}",
-            f"HostKey {d / 'ssh_host_ed25519_key'}",
-            f"PidFile {d / 'sshd.pid'}",
-            "PubkeyAuthentication yes",
-            "PasswordAuthentication no",
-            "KbdInteractiveAuthentication no",
-            "PermitRootLogin prohibit-password",
-            "UsePAM no",
-            "StrictModes no",
-            "UseDNS no",
-            "MaxStartups 100:30:200",
-            "MaxSessions 100",
-            "Subsystem sftp internal-sftp",
-            f"AuthorizedKeysFile {self.authorized_keys}",
-            "LogLevel VERBOSE",
-            f"SetEnv GLOO_SOCKET_IFNAME={IFNAME}",
-            "",
-        ]))
+        cfg.write_text(self.sshd_config(i, [f"SetEnv GLOO_SOCKET_IFNAME={IFNAME}"]))
         log.write_text("")
         mounts = [(d / "etc_hosts", Path("/etc/hosts")), (d / "resolv.conf", Path("/etc/resolv.conf")),
                   *self._mounts]

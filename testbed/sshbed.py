@@ -457,10 +457,11 @@ class SSHBed:
             self._mounts = [(masks / "empty_rc", home / name) for name in RC_FILES if (home / name).is_file()]
         self.isolation = "unshare"
 
-    def _launch(self, i: int) -> None:
+    def sshd_config(self, i: int, extra=()) -> str:
+        """Host i's sshd_config: key-only login on its address and port, its own host key and pid file, and
+        ``extra`` lines (a bed's own settings)."""
         d = self.host_dir(i)
-        cfg, log = d / "sshd_config", d / "sshd.log"
-        cfg.write_text("\n".join([
+        return "\n".join([
             f"ListenAddress {self.addresses[i]}",
             f"Port {self.port}",
             f"HostKey {d / 'ssh_host_ed25519_key'}",
@@ -477,8 +478,14 @@ class SSHBed:
             "Subsystem sftp internal-sftp",
             f"AuthorizedKeysFile {self.authorized_keys}",
             "LogLevel VERBOSE",
+            *extra,
             "",
-        ]))
+        ])
+
+    def _launch(self, i: int) -> None:
+        d = self.host_dir(i)
+        cfg, log = d / "sshd_config", d / "sshd.log"
+        cfg.write_text(self.sshd_config(i))
         log.write_text("")
         sshd = [SSHD, "-D", "-f", str(cfg), "-E", str(log)]
         if self.isolation == "unshare":
