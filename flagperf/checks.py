@@ -128,8 +128,10 @@ def interpret_probe(name: str, python: str, returncode: int, stdout: str, stderr
         return failed(name, "low_disk", f"{free // (1 << 20)} MiB free under {result_root}", info)
     port = info.get("master_port")
     if isinstance(port, dict) and port.get("free") is False and not (move_busy_port and _free_port(port)):
-        return failed(name, "port_in_use", f"MASTER_PORT {port.get('port')} is taken on node 0 ({port.get('error')}); "
-                                           f"rank 0 could not listen there", info)
+        holders = port.get("holders")
+        held = f"; listening there: {', '.join(str(h) for h in holders)}" if isinstance(holders, list) and holders else ""
+        return failed(name, "port_in_use", f"MASTER_PORT {port.get('port')} is taken on node 0 ({port.get('error')}"
+                                           f"{held}); rank 0 could not listen there", info)
     if info.get("torch") is None and not in_container:
         return failed(name, "torch_missing", f"{python} cannot import torch: {info.get('torch_error')}", info)
     why = _vendor_problem(vendor, info, runtime)

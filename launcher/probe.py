@@ -121,21 +121,84 @@ def torch_plugin_info(module):
     return {"module": module, "found": True, "error": None}
 
 
-def port_info(port):
-    """Whether a TCP port can be listened on, as rank 0's rendezvous store will (all interfaces, SO_REUSEADDR)."""
-    if port is None:
-        return None
+PORT_SETTLE_S = 5.0     # a taken port is tried again for this long: the sockets of a run that just ended close
+
+
+def _listen_error(port):
+    """None when ``port`` can be listened on as rank 0's rendezvous store will (all interfaces, SO_REUSEADDR),
+    else the OSError."""
     import socket
     s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     try:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         s.bind(("", port))
         s.listen(1)
-        return {"port": port, "free": True, "error": None}
+        return None
     except OSError as exc:
-        return {"port": port, "free": False, "error": describe(exc), "free_port": free_port_after(port)}
+        return exc
     finally:
         s.close()
+
+
+def port_holders(port, limit=3):
+    """Who listens on TCP ``port`` here, as "pid <N> (<comm>)" strings (at most ``limit``), read from
+    /proc/net/tcp{,6} and /proc/<pid>/fd; [] where that cannot be read (another user's process, no /proc)."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as f:
+                next(f, None)
+                for line in f:
+                    cols = line.split()
+                    if len(cols) > 9 and cols[3] == "0A" and int(cols[1].rsplit(":", 1)[1], 16) == port:
+                        inodes.add(cols[9])
+        except (OSError, ValueError, IndexError):
+            continue
+    found = []
+    if not inodes:
+        return found
+    for fd_dir in glob.glob("/proc/[0-9]*/fd"):
+        try:
+            links = os.listdir(fd_dir)
+        except OSError:
+            continue
+        for fd in links:
+            try:
+                target = os.readlink(os.path.join(fd_dir, fd))
+            except OSError:
+                continue
+            if target.startswith("socket:[") and target[8:-1] in inodes:
+                pid = fd_dir.split("/")[2]
+                try:
+                    with open("/proc/%s/comm" % pid) as f:
+                        comm = f.read().strip()
+                except OSError:
+                    comm = "?"
+                found.append("pid %s (%s)" % (pid, comm))
+                break
+        if len(found) >= limit:
+            break
+    return found
+
+
+def port_info(port, settle_s=PORT_SETTLE_S):
+    """Whether a TCP port can be listened on, as rank 0's rendezvous store will. A taken port is tried again
+    for ``settle_s`` (the sockets of a run that just ended may hold it a moment); a port still taken is
+    reported with who listens on it, where /proc tells, and the first free port after it."""
+    if port is None:
+        return None
+    import errno
+    import time
+    deadline = time.monotonic() + settle_s
+    while True:
+        exc = _listen_error(port)
+        if exc is None:
+            return {"port": port, "free": True, "error": None}
+        if exc.errno != errno.EADDRINUSE or time.monotonic() >= deadline:
+            break
+        time.sleep(0.25)
+    return {"port": port, "free": False, "error": describe(exc), "holders": port_holders(port),
+            "free_port": free_port_after(port)}
 
 
 def free_port_after(port, tries=100):
