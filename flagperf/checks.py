@@ -84,6 +84,36 @@ def needed_accelerators(config) -> dict:
     return need
 
 
+def ranks_per_host(plan) -> dict:
+    """{address: the most ranks any round of the plan starts there at once} (nodes of one round that share a host
+    add up)."""
+    out: dict = {}
+    for case in plan.cases:
+        for rnd in case.rounds:
+            per: dict = {}
+            for node in rnd.nodes:
+                per[node.host.address] = per.get(node.host.address, 0) + len(node.ranks)
+            for address, n in per.items():
+                out[address] = max(out.get(address, 0), n)
+    return out
+
+
+def core_warnings(vendor, checks, ranks: dict) -> list:
+    """One line per CPU host (vendor without accelerators) whose ranks outnumber the cores its probe counted.
+    localhost is left out: its cores are counted when the config loads, and that warning is already given."""
+    if vendor is None or vendor.device != "cpu":
+        return []
+    out = []
+    for c in checks:
+        cores, n = (c.info or {}).get("cpu_count"), ranks.get(c.host)
+        if c.ok and c.host != "localhost" and isinstance(cores, int) and cores > 0 and isinstance(n, int) \
+                and n > cores:
+            out.append(f"host {c.host}: nproc {n} is above its {cores} CPU core(s): the ranks share cores, so each "
+                       f"rank's figure drops and the case's figures are not what the host delivers; use nproc auto "
+                       f"or at most {cores}")
+    return out
+
+
 def probe_failure(name: str, python: str, exc_kind: str, message: str) -> HostCheck:
     """The check for a probe that could not be run at all (HostError of kind exc_kind)."""
     if exc_kind == "timeout":
@@ -129,7 +159,9 @@ def interpret_probe(name: str, python: str, returncode: int, stdout: str, stderr
     port = info.get("master_port")
     if isinstance(port, dict) and port.get("free") is False and not (move_busy_port and _free_port(port)):
         holders = port.get("holders")
-        held = f"; listening there: {', '.join(str(h) for h in holders)}" if isinstance(holders, list) and holders else ""
+        held = ""
+        if isinstance(holders, list) and holders:
+            held = f"; listening there: {', '.join(str(h) for h in holders)}"
         return failed(name, "port_in_use", f"MASTER_PORT {port.get('port')} is taken on node 0 ({port.get('error')}"
                                            f"{held}); rank 0 could not listen there", info)
     if info.get("torch") is None and not in_container:
