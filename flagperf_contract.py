@@ -7,6 +7,7 @@ launcher, the monitor and the benchmark harness import the copy deployed at the 
 - the schema ids of every file exchanged (``SCHEMAS``),
 - the names of the files in a node directory,
 - typed records for them: :class:`LaunchSpec` (``launch.json``), :class:`RankReport` (``ranks.json``),
+  :class:`NodeStatus` (``node_status.json``, the live state of a node's ranks),
   :class:`MonitorStatus` (``monitor_status.json``) and :class:`Finished` (a rank's PerfLog FINISHED line),
   each with ``from_dict`` that checks the schema and types and raises :class:`ContractError`, and ``to_dict``,
 - :func:`validate_finished`, the one validator of FINISHED payloads, used by the harness before it prints the
@@ -32,12 +33,14 @@ RANKS_SCHEMA = "flagperf.ranks/1"
 MONITOR_STATUS_SCHEMA = "flagperf.monitor-status/1"
 PERFLOG_SCHEMA = "flagperf.perflog/1"
 HEALTH_SCHEMA = "flagperf.health/1"
-SCHEMAS = (LAUNCH_SCHEMA, RANKS_SCHEMA, MONITOR_STATUS_SCHEMA, PERFLOG_SCHEMA, HEALTH_SCHEMA)
+NODE_STATUS_SCHEMA = "flagperf.node-status/1"
+SCHEMAS = (LAUNCH_SCHEMA, RANKS_SCHEMA, MONITOR_STATUS_SCHEMA, PERFLOG_SCHEMA, HEALTH_SCHEMA, NODE_STATUS_SCHEMA)
 
 # ------------------------------------------------------------------------------- files in a node directory
 LAUNCH_FILE = "launch.json"             # LaunchSpec, written by the driver
 CASE_CONFIG_FILE = "case_config.json"   # the merged case config, read by the ranks
 RANKS_FILE = "ranks.json"               # RankReport, written by the node launcher
+NODE_STATUS_FILE = "node_status.json"   # NodeStatus, rewritten by the node launcher while its ranks run
 LAUNCHER_LOG = "launcher.log"           # the node launcher's own log
 LAUNCHER_OUTPUT = "launcher.out.log"    # the node launcher's stdout/stderr (bare runtime)
 CONTAINER_OUTPUT = "container.log"      # the container's stdout/stderr (docker runtime)
@@ -59,12 +62,18 @@ LAUNCHER_SIGNALLED_EXIT = 143           # the node launcher was stopped by a sig
 LAUNCHER_BAD_SPEC_EXIT = 2
 LAUNCHER_CANNOT_WRITE_EXIT = 4          # the node launcher could not write its node directory (disk full, read-only)
 # How a node's processes start: "ranks", one process per rank (argv run nproc times, RANK/LOCAL_RANK set);
-# "node", one command per node (argv run once, e.g. torchrun or `bash main.sh`, which starts the ranks itself).
-LAUNCH_MODES = ("ranks", "node")
+# "node", one command per node (argv run once, e.g. torchrun or `bash main.sh`, which starts the ranks itself);
+# "mpi", one mpirun on node 0 that starts every node's ranks (the other nodes' launchers start nothing and wait).
+LAUNCH_MODES = ("ranks", "node", "mpi")
 
 
 def rank_log_name(rank: int) -> str:
     return "rank%d.out.log" % rank
+
+
+def rank_exit_name(rank: int) -> str:
+    """Launch mode "mpi": the file a rank's wrapper writes when the rank ended: ``<exit code> <stopped 0|1>``."""
+    return "rank%d.exit" % rank
 
 
 def monitor_file_name(sensor: str, vendor: str) -> str:
@@ -389,7 +398,8 @@ class RankReport:
     # {"pid": int, "cmdline": str (cut), "signal": "SIGTERM" | "SIGKILL", "survived": true (only if it did)}
     reaped: List[Dict[str, Any]] = field(default_factory=list)
     # "ranks": one record per rank; "node": one record, the node command (its ``rank`` is the node's first
-    # global rank, its ``local_rank`` 0), which started the node's ranks itself
+    # global rank, its ``local_rank`` 0), which started the node's ranks itself; "mpi": one record per rank, from
+    # the rank<R>.exit files the ranks' wrapper wrote (pid null: mpirun started them)
     mode: str = "ranks"
 
     _TYPES = {"node_rank": int, "ranks": list, "first_failure": _OPT_INT, "stopped": _OPT_STR,
@@ -428,6 +438,80 @@ class RankReport:
             if r.rank == rank:
                 return r
         return None
+
+
+# ----------------------------------------------------------------------------------------- node_status.json
+RANK_STATES = ("running", "exited")
+NODE_STATUS_MAX_BYTES = 64 * 1024       # a larger node_status.json is not read (the driver reads at most this)
+STEP_FIELDS_MAX = 12                    # scalar fields of the latest STEP event kept in node_status.json
+STEP_TEXT_MAX = 64                      # characters of a string field kept
+
+
+@dataclass(frozen=True)
+class RankState:
+    rank: int
+    state: str                          # RANK_STATES
+    exit_code: Optional[int] = None     # once exited; < 0: killed by signal -code
+
+    _TYPES = {"rank": int, "state": str, "exit_code": _OPT_INT}
+    _REQUIRED = ("rank", "state")
+
+    @classmethod
+    def from_dict(cls, data) -> "RankState":
+        problems = _fields(data, cls._TYPES, cls._REQUIRED, "a rank state")
+        if not problems and data["state"] not in RANK_STATES:
+            problems.append("'state': expected one of %s, got %s" % (", ".join(RANK_STATES), _short(data["state"])))
+        _raise(problems)
+        return cls(data["rank"], data["state"], data.get("exit_code"))
+
+
+def step_fields(record: dict) -> Dict[str, Any]:
+    """The scalar fields of a STEP event worth showing live (``event``, ``time`` and ``rank`` left out), at most
+    STEP_FIELDS_MAX, strings cut to STEP_TEXT_MAX characters."""
+    out: Dict[str, Any] = {}
+    for k, v in record.items():
+        if k in ("event", "time", "rank") or not isinstance(k, str) or len(out) >= STEP_FIELDS_MAX:
+            continue
+        if isinstance(v, bool) or v is None:
+            continue
+        if isinstance(v, (int, float)) and math.isfinite(v):
+            out[k[:STEP_TEXT_MAX]] = v
+        elif isinstance(v, str):
+            out[k[:STEP_TEXT_MAX]] = v[:STEP_TEXT_MAX]
+    return out
+
+
+@dataclass(frozen=True)
+class NodeStatus:
+    """node_status.json: what the node launcher knows while its ranks run (rewritten on every rank start and
+    exit, and when the node's first rank logs a new STEP event); ranks.json is the final word."""
+
+    node_rank: int
+    ranks: List[RankState]
+    step: Dict[str, Any] = field(default_factory=dict)  # step_fields of the latest STEP of ``step_rank``
+    step_rank: Optional[int] = None
+    updated: Optional[str] = None
+
+    _TYPES = {"node_rank": int, "ranks": list, "step": dict, "step_rank": _OPT_INT, "updated": _OPT_STR}
+    _REQUIRED = ("node_rank", "ranks")
+
+    @classmethod
+    def from_dict(cls, data) -> "NodeStatus":
+        _check_schema(data, NODE_STATUS_SCHEMA)
+        _raise(_fields(data, cls._TYPES, cls._REQUIRED, "a node status"))
+        ranks = []
+        for i, r in enumerate(data["ranks"][:PER_RANK_MAX]):
+            try:
+                ranks.append(RankState.from_dict(r))
+            except ContractError as exc:
+                raise ContractError("ranks[%d]: %s" % (i, exc)) from None
+        return cls(data["node_rank"], ranks, step_fields(data.get("step", {})), data.get("step_rank"),
+                   data.get("updated"))
+
+    def to_dict(self) -> dict:
+        return {"schema": NODE_STATUS_SCHEMA, "node_rank": self.node_rank, "updated": self.updated,
+                "ranks": [{"rank": r.rank, "state": r.state, "exit_code": r.exit_code} for r in self.ranks],
+                "step_rank": self.step_rank, "step": dict(self.step)}
 
 
 # ------------------------------------------------------------------------------------- monitor_status.json

@@ -17,8 +17,10 @@ import os
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from flagperf.catalog import LAUNCH_NODE, TRAINING_SCRIPT, CaseSource, find_case_of, substitute
+from flagperf.catalog import (BASE_BENCHMARK_KIND, LAUNCH_NODE, TRAINING_SCRIPT, CaseSource, base_chip_files,
+                              find_case_of, substitute)
 from flagperf.errors import ConfigError
+from flagperf.suites import OPERATION, suite_argv, suite_notes
 from flagperf_contract import CASE_CONFIG_FILE, ENV_PREPARE_LOG
 
 CASES_DIR = "cases"         # <FLAGPERF_PATH>/cases/<model>/: the CASE_PATHS folders a run uses, as deployed
@@ -30,11 +32,13 @@ PREPARE_FAILED_EXIT = 90            # the node command's exit status when the ca
 # when set) and build and install its csrc/ extension (setup.py install, in a scratch folder), all logged to
 # env_prepare.log; then source the env file in this shell (output to source_env.log.txt, FlagPerf's name) and
 # exec the launcher. Arguments: env file, requirements, csrc folder, package index, node dir, python, launcher
-# argv... (an empty string: none).
+# argv... (an empty string: none). A FlagPerf base case (``$0`` BASE_PREPARE_NAME) follows FlagPerf's base run.py
+# instead: pip install first, without the env file, which is then sourced in the launcher's shell only.
+BASE_PREPARE_NAME = "flagperf-base"
 TRAINING_PREPARE_AND_START = " ".join([
     'env_file=$1; req=$2; csrc=$3; index=$4; node=$5; py=$6; shift 6;',
     '( echo "# FlagPerf case preparation (requirements, extension), package index: ${index:-the default}";',
-    'if [ -n "$env_file" ]; then echo "\\$ . $env_file"; . "$env_file"; fi;',  # as FlagPerf: `source env; pip`
+    f'if [ -n "$env_file" ] && [ "$0" != {BASE_PREPARE_NAME} ]; then echo "\\$ . $env_file"; . "$env_file"; fi;',
     'if [ -n "$req" ]; then echo "\\$ $py -m pip install -r $req${index:+ -i $index}";',
     '"$py" -m pip install --disable-pip-version-check -r "$req" ${index:+-i "$index"} || exit 1; fi;',
     'if [ -n "$csrc" ]; then scratch=$(mktemp -d); trap \'rm -rf "$scratch"\' EXIT;',
@@ -120,8 +124,8 @@ def runs_in_place(host, config) -> bool:
 def tree_dir(src: CaseSource) -> str:
     """``cases/<tree>-<hash>``: where a FlagPerf training tree goes under FLAGPERF_PATH (named after the tree's
     folder and its path on the driver, so that two trees never share one)."""
-    assert src.training is not None
-    tree = src.training.tree
+    tree = src.training.tree if src.training is not None else src.suite.tree if src.suite is not None else None
+    assert tree is not None
     return f"{CASES_DIR}/{tree.name}-{hashlib.sha256(str(tree).encode()).hexdigest()[:8]}"
 
 
@@ -133,6 +137,9 @@ def case_root_on_host(src: CaseSource, host, config) -> PurePosixPath:
         if runs_in_place(host, config):
             return PurePosixPath(src.training.tree)
         return PurePosixPath(host.flagperf_path) / tree_dir(src)
+    if src.suite is not None:       # FlagPerf's inference or operation tree, deployed whole
+        return PurePosixPath(src.suite.tree) if runs_in_place(host, config) else \
+            PurePosixPath(host.flagperf_path) / tree_dir(src)
     if runs_in_place(host, config):
         return PurePosixPath(src.root)
     return PurePosixPath(host.flagperf_path) / CASES_DIR / src.model
@@ -161,6 +168,9 @@ def deploy_folders(config) -> tuple:
         if src.training is not None:
             for rel in src.training.support:
                 out.setdefault(f"{tree_dir(src)}/{rel}", src.training.tree / rel)
+            continue
+        if src.suite is not None:
+            out.setdefault(tree_dir(src), src.suite.tree)
             continue
         out.setdefault(f"{CASES_DIR}/{src.model}", src.root)
         for name in src.support:
@@ -194,7 +204,33 @@ def node_command(config, case, host, *, python: str, node_rank: int, node_dir: s
     if src.training is not None:
         argv = training_argv(config, case, src, case_dir, values)
         return NodeCommand(src.mode, argv, str(case_dir), {**base_env, **env}, src)
-    return NodeCommand(src.mode, substitute(src.command, values), str(case_dir), {**base_env, **env}, src)
+    if src.suite is not None:
+        return NodeCommand(src.mode, suite_command(config, case, src, case_root_on_host(src, host, config), values),
+                           str(case_dir),
+                           {**base_env, **env}, src)
+    argv = substitute(src.command, values)
+    env_file, req = base_chip_files(src, config.vendor.name, case.key, case.hw)
+    if env_file is not None or req is not None:     # FlagPerf base: its per-chip requirements and env.sh
+        on_host = lambda path: str(case_dir / path.relative_to(src.root).as_posix()) if path else ""  # noqa: E731
+        argv = ["bash", "-c", TRAINING_PREPARE_AND_START, BASE_PREPARE_NAME, on_host(env_file), on_host(req), "",
+                config.test.pip_source or "", node_dir, python, *argv]
+    return NodeCommand(src.mode, argv, str(case_dir), {**base_env, **env}, src)
+
+
+def suite_command(config, case, src: CaseSource, tree, values: dict) -> list:
+    """FlagPerf's command for an inference or operation case on one node (flagperf.suites.suite_argv), after its
+    preparation when it has any: inference as FlagPerf's prepare_in_container.py (env file sourced, then pip and
+    the engine's csrc/), operation as FlagPerf's run.py (pip install, then env.sh sourced in the script's shell)."""
+    sc = src.suite
+    assert sc is not None
+    tree = PurePosixPath(tree)      # the suite's tree on the host
+    argv = suite_argv(sc, case, str(tree), values, config.test.log_level)
+    if sc.env_file is None and sc.requirements is None and sc.extension is None:
+        return argv
+    on_host = lambda path: str(tree / sc.rel(path)) if path is not None else ""  # noqa: E731
+    name = BASE_PREPARE_NAME if sc.suite == OPERATION else f"flagperf-{sc.suite}"
+    return ["bash", "-c", TRAINING_PREPARE_AND_START, name, on_host(sc.env_file), on_host(sc.requirements),
+            on_host(sc.extension), config.test.pip_source or "", values["result_dir"], values["python"], *argv]
 
 
 def training_argv(config, case, src: CaseSource, tree, values: dict) -> list:
@@ -226,17 +262,21 @@ def training_argv(config, case, src: CaseSource, tree, values: dict) -> list:
 
 
 def prepares_itself(src: CaseSource) -> bool:
-    """True for a case whose node command does its own environment preparation (a FlagPerf training case):
-    a container then starts the node launcher without flagperf's generic preparation."""
-    return src.training is not None
+    """True for a case whose node command does its own environment preparation (a FlagPerf training or base
+    case): a container then starts the node launcher without flagperf's generic preparation."""
+    return src.training is not None or src.suite is not None or src.kind == BASE_BENCHMARK_KIND
 
 
 def training_notes(src: CaseSource, config, case) -> list:
     """What --dry-run says about a FlagPerf training case besides its command: launcher, vendor config,
     preparation, env file and image."""
     tc = src.training
+    if src.suite is not None:
+        return suite_notes(src.suite, case) + (
+            [f"image: the vendor image (vendors/{config.vendor.name}/{case.framework}/); FlagPerf's own image "
+             f"folders are not built"] if config.test.runtime in config.cluster.options.container_runtimes else [])
     if tc is None:
-        return []
+        return base_notes(src, config, case)
     notes = [f"FlagPerf training case: launcher {tc.launcher}, train script {tc.model_dir / TRAINING_SCRIPT}, "
              f"vendor config {tc.vendor_dir / 'config' / tc.config_file}",
              "preparation before every round (logged to env_prepare.log): "
@@ -249,3 +289,14 @@ def training_notes(src: CaseSource, config, case) -> list:
                      f"{case.framework_full or case.framework}/Dockerfile)")
     return notes
 
+
+def base_notes(src: CaseSource, config, case) -> list:
+    """What --dry-run says about a FlagPerf base case's preparation: its per-chip requirements.txt and env.sh
+    (nothing when it has neither)."""
+    env_file, req = base_chip_files(src, config.vendor.name, case.key, case.hw)
+    if env_file is None and req is None:
+        return []
+    return [f"FlagPerf base case preparation before the case (logged to {ENV_PREPARE_LOG}): "
+            + (f"pip install -r {req}" if req else "none"),
+            f"env file (sourced in the node command's shell after it, output to {SOURCE_ENV_LOG}): "
+            f"{env_file or 'none'}"]

@@ -3,8 +3,9 @@
 A benchmark is a folder ``<model>/``, looked up in flagperf's own ``benchmarks/`` first, then in each CASE_PATHS
 folder in order. How it starts (docs/benchmarks.md, "Launch modes"):
 
-- ``benchmark.yaml`` says so: ``launch: ranks`` (one process per rank) or ``launch: node`` with ``command``
-  (one process per node, e.g. torchrun or ``bash main.sh``), argv elements with ``{placeholders}``;
+- ``benchmark.yaml`` says so: ``launch: ranks`` (one process per rank), ``launch: node`` with ``command``
+  (one process per node, e.g. torchrun or ``bash main.sh``) or ``launch: mpi`` with ``command`` (every rank's
+  program, started by one mpirun on node 0, with ``mpi_args`` for mpirun), argv elements with ``{placeholders}``;
 - a FlagPerf toolkit, ``<model>/<vendor>/<chip>/main.sh``: ``bash main.sh`` in that chip folder, once per node;
 - a FlagPerf base benchmark (base mode "benchmark", a CASE_PATHS folder): ``main.py`` under torchrun, per node;
 - ``main.py``: one process per rank (flagperf's own benchmarks);
@@ -12,7 +13,10 @@ folder in order. How it starts (docs/benchmarks.md, "Launch modes"):
 - a FlagPerf training tree (a CASE_PATHS folder, or a FlagPerf test config's FLAGPERF_PATH, that holds
   ``run_benchmarks/<framework>/start_<framework>_task.py`` and ``benchmarks/``): ``model:framework`` is
   ``benchmarks/<model>/<framework>/`` with ``<vendor>/<model>-<framework>/config/config_<hw>x<nnodes>x<nproc>.py``,
-  started once per node by FlagPerf's own launcher with FlagPerf's arguments (:class:`TrainingCase`).
+  started once per node by FlagPerf's own launcher with FlagPerf's arguments (:class:`TrainingCase`);
+- a case of FlagPerf's inference or operation tree (a test config whose FLAGPERF_PATH is that tree, or with
+  FLAGPERF_SUITE): ``run_inference.py`` or ``benchmarks/<op>/main.py`` with FlagPerf's arguments, once per node
+  (:func:`suite_case_source`, flagperf.suites).
 
 A model that is a benchmark of flagperf's tree and also of a CASE_PATHS folder is ambiguous unless the test
 config's MODEL_SOURCES says which (``flagperf`` or ``case_paths``); a model found nowhere, or a folder with
@@ -28,12 +32,13 @@ import string
 from dataclasses import dataclass
 from pathlib import Path
 
+from flagperf.suites import SuiteCase, find_suite_case
 from flagperf.yamlio import LineMap, load_yaml_file, where
 
 BENCHMARK_FILE = "benchmark.yaml"
-LAUNCH_RANKS, LAUNCH_NODE = "ranks", "node"
-LAUNCH_MODES = (LAUNCH_RANKS, LAUNCH_NODE)
-BENCHMARK_KEYS = ("launch", "command")
+LAUNCH_RANKS, LAUNCH_NODE, LAUNCH_MPI = "ranks", "node", "mpi"
+LAUNCH_MODES = (LAUNCH_RANKS, LAUNCH_NODE, LAUNCH_MPI)
+BENCHMARK_KEYS = ("launch", "command", "mpi_args")
 MAX_COMMAND_ARGS = 4096
 # What a command's argv elements may name; plan.py substitutes them for every node (docs/benchmarks.md).
 PLACEHOLDERS = ("master_addr", "master_port", "node_rank", "nnodes", "nproc", "world_size", "data_dir",
@@ -49,6 +54,10 @@ BASE_BENCHMARK_COMMAND = ("{python}", "-m", "torch.distributed.run", "--nnodes={
                           "main.py", "--vendor={vendor}/{chip}", "--node_size={nproc}")
 SHELL_COMMAND = ("bash", "main.sh")
 BASE_SUPPORT_DIRS = ("drivers",)    # FlagPerf base benchmarks import drivers/ from their parent folder
+BASE_BENCHMARK_KIND = "base-benchmark"
+# A FlagPerf base case's preparation, in <case>/<vendor>/<chip>/ (<case>/<vendor>/ for a key without a chip), as
+# FlagPerf's base run.py applies them before the case: pip install -r requirements.txt, then source env.sh.
+BASE_ENV_FILE, BASE_REQUIREMENTS = "env.sh", "requirements.txt"
 SOURCE_FLAGPERF, SOURCE_CASE_PATHS = "flagperf", "case_paths"     # MODEL_SOURCES values
 MODEL_SOURCE_VALUES = (SOURCE_FLAGPERF, SOURCE_CASE_PATHS)
 # A FlagPerf training tree (training/ of FlagPerf): its launchers, rank scripts and vendor adaptations.
@@ -70,6 +79,8 @@ class CaseSource:
     case_path: Path | None = None   # the CASE_PATHS folder it came from; None: flagperf's own tree
     support: tuple = ()             # folders beside root that the command needs too (names in case_path)
     training: "TrainingCase | None" = None  # a FlagPerf training case: launcher, vendor config, preparation
+    mpi_args: tuple = ()            # launch: mpi: mpirun's own options (argv elements, with {placeholders})
+    suite: SuiteCase | None = None  # a FlagPerf inference or operation case (flagperf.suites)
 
     @property
     def external(self) -> bool:
@@ -178,6 +189,16 @@ def find_training_case(tree: Path, model: str, vendor: str, framework: str, fram
         image_folder=image if (image / "Dockerfile").is_file() else None), []
 
 
+def base_chip_files(src: CaseSource, vendor: str, case_key: str, hw: str) -> tuple:
+    """(env.sh or None, requirements.txt or None) of a FlagPerf base benchmark, on the driver: those of
+    ``<case>/<vendor>/<chip>/`` for a case key ``<case>:<chip>``, of ``<case>/<vendor>/`` for a key without one
+    (FlagPerf's base run.py: its env_dir). (None, None) for any other kind of case."""
+    if src.kind != BASE_BENCHMARK_KIND:
+        return None, None
+    folder = src.root / vendor / hw if ":" in case_key else src.root / vendor
+    return tuple(folder / name if (folder / name).is_file() else None for name in (BASE_ENV_FILE, BASE_REQUIREMENTS))
+
+
 def _is_benchmark_folder(folder: Path) -> bool:
     if any((folder / name).is_file() for name in ("main.py", BENCHMARK_FILE, "main.sh")):
         return True
@@ -250,9 +271,10 @@ def load_benchmark_yaml(path: Path) -> tuple:
                         f"got {mode!r}")
     command = data.get("command")
     if command is None:
-        if mode == LAUNCH_NODE:
+        if mode in (LAUNCH_NODE, LAUNCH_MPI):
+            example = "[bash, main.sh]" if mode == LAUNCH_NODE else "[./test_allreduce, -b, 128K]"
             problems.append(f"{where(path, data, 'launch') if 'launch' in data else path}: command: required with "
-                            f"launch: node; expected a list of argv strings, e.g. [bash, main.sh]")
+                            f"launch: {mode}; expected a list of argv strings, e.g. {example}")
         command = ()
     elif not isinstance(command, list) or not command or len(command) > MAX_COMMAND_ARGS or \
             not all(isinstance(a, (str, int, float)) and not isinstance(a, bool) for a in command):
@@ -265,9 +287,20 @@ def load_benchmark_yaml(path: Path) -> tuple:
             problems.append(f"{where(path, data, 'command')}: command: the program (first element) is empty")
         for arg in command:
             problems += [f"{where(path, data, 'command')}: command: {p}" for p in placeholder_problems(arg)]
+    mpi_args = data.get("mpi_args", [])
+    if mpi_args and mode != LAUNCH_MPI:
+        problems.append(f"{where(path, data, 'mpi_args')}: mpi_args: only with launch: mpi")
+    elif not isinstance(mpi_args, list) or len(mpi_args) > MAX_COMMAND_ARGS or \
+            not all(isinstance(a, (str, int, float)) and not isinstance(a, bool) for a in mpi_args):
+        problems.append(f"{where(path, data, 'mpi_args')}: mpi_args: expected a list of mpirun's argv strings, "
+                        f"e.g. [--mca, btl, 'tcp,self'], got {mpi_args!r:.80}")
+    else:
+        mpi_args = [str(a) for a in mpi_args]
+        for arg in mpi_args:
+            problems += [f"{where(path, data, 'mpi_args')}: mpi_args: {p}" for p in placeholder_problems(arg)]
     if problems:
         return None, problems
-    return (mode, command), []
+    return (mode, command, tuple(mpi_args)), []
 
 
 def _folder_case(root: Path, case_path: Path | None, vendor: str, hw: str, base_mode: str | None) -> tuple:
@@ -277,10 +310,10 @@ def _folder_case(root: Path, case_path: Path | None, vendor: str, hw: str, base_
         launch, problems = load_benchmark_yaml(spec)
         if problems:
             return None, problems
-        mode, command = launch
+        mode, command, mpi_args = launch
         if mode == LAUNCH_RANKS and not command:
             command = DEFAULT_RANK_COMMAND
-        return CaseSource(root.name, root, root, mode, command, "benchmark.yaml", case_path), []
+        return CaseSource(root.name, root, root, mode, command, "benchmark.yaml", case_path, mpi_args=mpi_args), []
     chip = root / vendor / hw
     if (chip / "main.sh").is_file():
         return CaseSource(root.name, root, chip, LAUNCH_NODE, SHELL_COMMAND, "toolkit", case_path), []
@@ -289,7 +322,7 @@ def _folder_case(root: Path, case_path: Path | None, vendor: str, hw: str, base_
     if (root / "main.py").is_file():
         if base_mode == "benchmark" and case_path is not None:
             support = tuple(d for d in BASE_SUPPORT_DIRS if (case_path / d).is_dir())
-            return CaseSource(root.name, root, root, LAUNCH_NODE, BASE_BENCHMARK_COMMAND, "base-benchmark",
+            return CaseSource(root.name, root, root, LAUNCH_NODE, BASE_BENCHMARK_COMMAND, BASE_BENCHMARK_KIND,
                               case_path, support), []
         return CaseSource(root.name, root, root, LAUNCH_RANKS, DEFAULT_RANK_COMMAND, "main.py", case_path), []
     if (root / "main.sh").is_file():
@@ -351,13 +384,25 @@ def find_case(source_root: Path, case_paths, model: str, vendor: str, hw: str, b
 def find_case_of(source_root: Path, case_paths, vendor: str, case, base_mode: str | None = None,
                  model_sources=None) -> tuple:
     """find_case for a CaseSpec (its model, framework, hw and shape; an ``each`` case is one node per job, a
-    ``pairs`` case two)."""
+    ``pairs`` case two); a case of FlagPerf's inference or operation suite: suite_case_source."""
+    if getattr(case, "suite", ""):
+        return suite_case_source(case_paths, vendor, case)
     return find_case(source_root, tuple(str(p) for p in case_paths), case.model, vendor, case.hw,
                      base_mode.lower() if base_mode else None, framework=case.framework,
                      framework_full=case.framework_full or case.framework,
                      nnodes=1 if getattr(case, "each", False) else 2 if getattr(case, "pairs", False) else case.nnodes,
                      nproc=case.nproc,
                      prefer=(model_sources or {}).get(case.model))
+
+
+def suite_case_source(case_paths, vendor: str, case) -> tuple:
+    """(CaseSource or None, problems) of a case of FlagPerf's inference or operation suite: FlagPerf's script in the
+    suite's tree (a CASE_PATHS folder, from FLAGPERF_PATH), started once per node (flagperf.suites)."""
+    sc, problems = find_suite_case(tuple(Path(p) for p in case_paths), case.suite, case, vendor)
+    if problems or sc is None:
+        return None, [f"model {case.model!r}: {p}" for p in problems]
+    return CaseSource(case.model, sc.tree, sc.workdir, LAUNCH_NODE, (), f"flagperf-{sc.suite}", sc.tree,
+                      suite=sc), []
 
 
 def resolve_cases(config_path, source_root: Path, case_paths, vendor: str, cases, base_mode: str | None,

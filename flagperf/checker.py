@@ -45,6 +45,11 @@ class Checker:
                 self.problems.append(f"{where(self.path, mapping, key)}: {prefix}{key}: unknown key in {elsewhere[2]}; "
                                      f"{key} belongs in {elsewhere[1]}")
                 continue
+            if "CASES" in known and looks_like_case_key(key):
+                self.problems.append(f"{where(self.path, mapping, key)}: {prefix}{key}: unknown key; it has the shape "
+                                     f"of a case key (model:framework:hw:nnodes:nproc:repeat); hint: indent it under "
+                                     f"CASES, with spaces")
+                continue
             # A suggestion for the first 100 only: comparing thousands of keys would take seconds.
             close = close_key(str(key)[:100].upper(), known) if i < 100 else None
             hint = f"; did you mean {close}?" if close else f"; known keys: {', '.join(known)}"
@@ -85,6 +90,13 @@ class Checker:
             self.add(mapping, key, f"expected a TCP port 1-65535, got {value}", label)
             return default
         return value
+
+
+def looks_like_case_key(key) -> bool:
+    """A string of six or more ':'-separated fields whose nnodes field is a number, each or pairs: a case key
+    written outside CASES (an indentation slip)."""
+    parts = key.split(":") if isinstance(key, str) else []
+    return len(parts) >= 6 and all(parts[:6]) and (parts[3].isdigit() or parts[3].lower() in ("each", "pairs"))
 
 
 def close_key(word: str, known) -> str | None:

@@ -178,7 +178,7 @@ def run(config_path, cluster_path, accept_new_host_keys, dry_run, case_patterns,
         from rich.text import Text
         console.print(Text(f"{datetime.now():%H:%M:%S} ", style="dim") + for_rich(msg, newlines=True,
                                                                                limit=SCREEN_LINE_MAX_CHARS),
-                      highlight=False)
+                      highlight=False, soft_wrap=not console.is_terminal)   # a terminal: wrapped to its width
 
     from flagperf.errors import Interrupted
     import logging
@@ -240,13 +240,18 @@ def _overrides(case_patterns, repeat, hosts, log_path, master_port):
 
 
 def _print_rankings(console, summary):
-    """each cases: the hosts (and GPUs) ranked, then every outlier on a line of its own; then the node verdicts."""
+    """each cases: the hosts (and GPUs) ranked; nccl-tests' tables of the collectives and p2p cases; then every
+    outlier on a line of its own; then the node verdicts."""
     from flagperf.reporters import reporter
     terminal = reporter("terminal")
     for table in terminal.rankings(summary):
         console.print(table)
+    for table in terminal.nccl_tables(summary):
+        console.print(table)
     for line in terminal.outlier_lines(summary):
         console.print(line, style="bold red", markup=False, highlight=False)
+    for line, style in terminal.node_figure_lines(summary):       # per node: aggregate, devices, spread
+        console.print(line, style=style, markup=False, highlight=False)
     verdicts = terminal.verdicts(summary)
     if verdicts is not None:
         console.print(verdicts)
@@ -259,8 +264,9 @@ def _print_rankings(console, summary):
 def check(config_path, cluster_path, accept_new_host_keys):
     """Check every host in parallel: SSH, host key, Python, deploy path, torch, disk, vendor, accelerators."""
     cfg = _load(config_path, cluster_path)
-    from flagperf.checks import needed_accelerators
+    from flagperf.checks import core_warnings, needed_accelerators, ranks_per_host
     from flagperf.pipeline import check_hosts
+    from flagperf.plan import build_plan
     from flagperf.render import check_table
     backend = _backend(cfg, accept_new_host_keys)
     try:
@@ -268,6 +274,9 @@ def check(config_path, cluster_path, accept_new_host_keys):
     finally:
         backend.close()
     _console().print(check_table(results))
+    counted = {r.host: r.accelerators for r in results if r.ok and r.accelerators is not None}
+    for line in core_warnings(cfg.vendor, results, ranks_per_host(build_plan(cfg, "check", counted))):
+        click.echo(f"flagperf: warning: {for_terminal(line)}", err=True)
     sys.exit(EXIT_OK if all(r.ok for r in results) else EXIT_HOSTS)
 
 
@@ -397,10 +406,13 @@ def clean(config_path, cluster_path, accept_new_host_keys, run_id):
 @config_option
 @click.option("--markdown", "as_markdown", is_flag=True, help="Print the Markdown report instead of the table.")
 @click.option("--html", "as_html", is_flag=True,
-              help="(Re)write report.html (plots, from summary.json and series.json); print its path.")
+              help="(Re)write report.html (charts, from summary.json and series.json); print its path.")
+@click.option("--interactive", is_flag=True,
+              help="--html, and also write report-interactive.html (the same charts as plotly figures, zoomable; "
+                   "about 5 MB, needs a browser with scripts); print its path on the next line.")
 @junit_option
 @prometheus_option
-def report(run_dir, config_path, as_markdown, as_html, junit_path, prometheus_path):
+def report(run_dir, config_path, as_markdown, as_html, interactive, junit_path, prometheus_path):
     """Show a run (default: the latest under FLAGPERF_LOG_PATH): the table and every failure; (re)writes its
     reports (report.md, report.html), and with --junit or --prometheus writes the node verdicts there."""
     from flagperf.collect import latest_run
@@ -417,6 +429,7 @@ def report(run_dir, config_path, as_markdown, as_html, junit_path, prometheus_pa
         _exit_config(ConfigError(str(exc)), prefix="")
     _print_notes(summary)
     _check_exports(junit_path, prometheus_path)
+    as_html = as_html or interactive
     if summary.series is None:      # a run summarised before series.json: its node directories, read once now
         try:
             summary.series = summarise_series(summary, run_dir)
@@ -433,6 +446,13 @@ def report(run_dir, config_path, as_markdown, as_html, junit_path, prometheus_pa
             click.echo(f"flagperf: {for_terminal(html.error) if html else 'no html reporter registered'}", err=True)
             sys.exit(1)
         click.echo(for_terminal(html.path))
+        if interactive:
+            from flagperf.reporters.interactive import InteractiveReporter
+            try:
+                click.echo(for_terminal(InteractiveReporter().write(summary, run_dir)))
+            except OSError as exc:      # ReportError too
+                click.echo(f"flagperf: cannot write report-interactive.html: {for_terminal(exc)}", err=True)
+                sys.exit(1)
         sys.exit(EXIT_OK if exported else 1)
     if as_markdown:
         console.print(for_terminal(reporter("markdown").render(summary), newlines=True, limit=MARKDOWN_MAX_CHARS),
@@ -455,15 +475,19 @@ def report(run_dir, config_path, as_markdown, as_html, junit_path, prometheus_pa
               show_default=True, help="Folder for test_conf.yaml and cluster.yaml.")
 @click.option("--force", is_flag=True, help="Overwrite test_conf.yaml and cluster.yaml there.")
 def convert(files, out_dir, force):
-    """Write FlagPerf's config files (test_conf.py with cluster_conf.py, or a base host.yaml) as flagperf YAML,
-    with a comment on every key that changed or was dropped (docs/migrating-from-flagperf.md)."""
+    """Write FlagPerf's config files (test_conf.py with cluster_conf.py, or a base, inference or operation
+    host.yaml) as flagperf YAML, with a comment on every key that changed or was dropped
+    (docs/migrating-from-flagperf.md)."""
     from flagperf.convert import TEST_FILE, convert as convert_files
+    left_out: list = []
     try:
-        written = convert_files(files, out_dir, force=force)
+        written = convert_files(files, out_dir, force=force, left_out=left_out)
     except ConfigError as exc:
         _exit_config(exc)
     except OSError as exc:
         _exit_config(ConfigError(f"{out_dir}: --out: cannot write: {exc.strerror or exc}"))
+    for line in left_out:
+        click.echo(line, err=True)
     for path in written:
         click.echo(f"wrote {path}")
     click.echo(f"check it with: flagperf run --config {Path(out_dir) / TEST_FILE} --dry-run")

@@ -19,13 +19,15 @@ from pathlib import Path
 
 from flagperf.options import all_cluster_keys, backend_names, load_options, registration
 from flagperf.options.base import COLLECT_MAX_BYTES, LOCALHOST, BackendOptions, HostSpec
-from flagperf.catalog import MODEL_SOURCE_VALUES, benchmark_names, resolve_cases, training_tree
-from flagperf.checker import Checker, close_key, is_, reason, resolve
+from flagperf.catalog import MODEL_SOURCE_VALUES, base_chip_files, benchmark_names, resolve_cases, training_tree
+from flagperf.checker import Checker, close_key, is_, looks_like_case_key, reason, resolve
 from flagperf.container_opts import merge, translate_container_opt
 from flagperf.errors import ConfigError
 from flagperf.paths import SOURCE_ROOT, default_log_path
 from flagperf.pyconfig import is_python_config, load_config_file
 from flagperf.references import load_reference_dir, load_reference_file
+from flagperf.suites import (INFERENCE, INFERENCE_KEY, OPERATION, OPERATION_KEY, parse_inference_key,
+                             parse_operation_key, suite_of)
 from flagperf.vendors import ContainerSpec, VendorProfile, check_size, detect_vendor, load_vendor, vendor_names
 from flagperf.yamlio import LineMap, one_line, read_text, where
 
@@ -41,6 +43,7 @@ TEST_KEYS = (
     "CLEAR_CACHES", "ACCE_CONTAINER_OPT", "ACCE_VISIBLE_DEVICE_ENV_NAME", "PIP_SOURCE", "CLUSTER", "CASES",
     "MONITOR_INTERVAL", "CASE_TIMEOUT", "DOCKER_BUILD_ARGS", "EXTRA_CA_BUNDLE", "COLLECT_MAX_BYTES",
     "REFERENCES", "MONITOR_FORMAT", "CASE_PATHS", "BENCHMARKS_OR_TOOLKITS", "NPROC_PER_NODE", "MODEL_SOURCES",
+    "FLAGPERF_SUITE",
 )
 # Cluster keys of every scheduler; each backend adds its own (its registration's cluster_keys) after HOSTS.
 COMMON_CLUSTER_KEYS = ("SCHEDULER", "HOSTS", "MASTER_PORT", "PYTHON", "HOSTS_PORTS")
@@ -84,6 +87,8 @@ class CaseSpec:
     framework_full: str = ""    # the framework field as written (pytorch_2.0); ``framework`` is its part before "_"
     extra: tuple = ()           # fields after the sixth (FlagPerf ignores them; so does flagperf, with a warning)
     image_dir: str | None = None    # a FlagPerf base case's image directory (its CASES value)
+    suite: str = ""             # a case of FlagPerf's inference or operation host.yaml (flagperf.suites)
+    suite_args: tuple = ()      # operation: (dataformat, spectflops, oplib) of its key
 
     FIELDS = ("model", "framework", "hw", "nnodes", "nproc", "repeat")
     LIMITS = {"nnodes": MAX_NNODES, "nproc": MAX_NPROC, "repeat": MAX_REPEAT}
@@ -127,6 +132,8 @@ class CaseSpec:
     @property
     def name(self) -> str:
         nodes = "each" if self.each else "pairs" if self.pairs else self.nnodes
+        if self.suite == OPERATION:     # two keys may differ only in dataformat, spectflops or oplib
+            return "-".join((self.model, *self.suite_args, self.hw, f"{nodes}x{self.nproc}"))
         framework = self.framework_full or self.framework
         return f"{self.model}-{framework}-{self.hw}-{nodes}x{'auto' if self.nproc is None else self.nproc}"
 
@@ -167,6 +174,7 @@ class TestConfig:
     case_paths: tuple = ()              # CASE_PATHS: folders of case code besides the tree's benchmarks/
     base_mode: str | None = None        # a FlagPerf base config: "benchmark" or "toolkit" (BENCHMARKS_OR_TOOLKITS)
     model_sources: tuple = ()           # MODEL_SOURCES: ((model, "flagperf" | "case_paths"), ...)
+    suite: str | None = None            # FLAGPERF_SUITE: CASES of FlagPerf's inference or operation host.yaml
 
     @property
     def model_source_map(self) -> dict:
@@ -209,8 +217,10 @@ class Config:
             "CASE_PATHS": list(t.case_paths),
             "BENCHMARKS_OR_TOOLKITS": t.base_mode.upper() if t.base_mode else None,
             "MODEL_SOURCES": dict(t.model_sources),
+            **({"FLAGPERF_SUITE": t.suite} if t.suite else {}),
             "CLUSTER": str(c.path) if c.path else None,
-            "CASES": {case.key: case.image_dir if t.base_mode else case.data_dir for case in t.cases},
+            "CASES": {case.key: case.image_dir if t.base_mode or case.suite == OPERATION else case.data_dir
+                      for case in t.cases},
             "cluster": {
                 **c.options.to_dict(),
                 "MASTER_PORT": c.master_port,
@@ -247,6 +257,8 @@ INDENT_ERRORS = ("mapping values are not allowed here", "expected <block end>", 
 INDENT_HINT = ("hint: check the indentation of that line and the one above it: the keys of one mapping start in "
                "the same column, a key's value is indented under the key, with spaces")
 TAB_HINT = "hint: YAML indents with spaces, not tabs: replace the tabs at the start of that line"
+COLON_HINT = ("hint: a key needs ': ' after it (\"key\": value); else check the indentation of that line and the one "
+              "above it")
 
 
 def _hinted(path: Path, problems: list) -> list:
@@ -267,6 +279,8 @@ def _hinted(path: Path, problems: list) -> list:
     for p in problems:
         if "YAML syntax error" in p and "character '\\t'" in p:
             p = f"{p}; {TAB_HINT}"
+        elif "YAML syntax error" in p and "could not find expected ':'" in p:
+            p = f"{p}; {COLON_HINT}"
         elif "YAML syntax error" in p and any(e in p for e in INDENT_ERRORS):
             p = f"{p}; {INDENT_HINT}"
         out.append(p)
@@ -298,6 +312,13 @@ def _with_preparation_warnings(config: Config, sources: dict) -> Config:
     for case in t.cases:
         src = sources.get(case.key)
         tc = src.training if src is not None else None
+        env_file, req = base_chip_files(src, config.vendor.name, case.key, case.hw) if src else (None, None)
+        if env_file is not None or req is not None:     # a FlagPerf base case's per-chip preparation
+            what = " and ".join(x for x in (f"pip-installs {req} into the Python environment of each host (its "
+                                            f"PYTHON)" if req else "", f"sources {env_file}" if env_file else "") if x)
+            extra.append(f"{t.path}: CASES[{case.key!r}]: RUNTIME {t.runtime}: FlagPerf's base preparation {what} "
+                         f"on each host before the case, as FlagPerf does in its container")
+            continue
         if tc is None or (tc.requirements is None and tc.extension is None):
             continue
         what = " and ".join(x for x in (f"pip-installs {tc.requirements}" if tc.requirements else "",
@@ -338,7 +359,7 @@ def _load_config(test_path, cluster_override, problems, source_root, detect) -> 
     # Cluster first: the cases are checked against its hosts.
     cluster = _cluster_of(ck, test_path, data, cluster_override, combined, warnings)
     vendor_name, reason, vendor = _vendor_of(ck, data, source_root, detect)
-    runtime = _runtime_of(ck, data, cluster)
+    runtime = _runtime_of(ck, data, cluster, _default_runtime(test_path, data, combined))
     base_mode = _base_mode(ck, data)
     case_paths = _case_paths(ck, data)
     model_sources = _model_sources(ck, data)
@@ -358,8 +379,11 @@ def _load_config(test_path, cluster_override, problems, source_root, detect) -> 
     if visible_env is not None and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", visible_env):
         ck.add(data, "ACCE_VISIBLE_DEVICE_ENV_NAME", f"expected an environment variable name, got {visible_env!r}")
 
+    suite = _suite(ck, data)
     if "BENCHMARKS_OR_TOOLKITS" in data:
         cases = _load_base_cases(ck, data, cluster, vendor, source_root, case_paths)
+    elif suite is not None:
+        cases = _load_suite_cases(ck, data, cluster, vendor, suite)
     else:
         if "NPROC_PER_NODE" in data:
             ck.warn(data, "NPROC_PER_NODE", "accepted and ignored: it counts only with BENCHMARKS_OR_TOOLKITS "
@@ -373,7 +397,7 @@ def _load_config(test_path, cluster_override, problems, source_root, detect) -> 
     test = TestConfig(path=test_path, vendor=vendor_name, vendor_reason=reason, runtime=runtime,
                       flagperf_path=flagperf_path, acce_container_opt=container_opt, visible_devices_env=visible_env,
                       cases=tuple(cases), references=references, case_paths=tuple(case_paths), base_mode=base_mode,
-                      model_sources=model_sources, **settings)
+                      model_sources=model_sources, suite=suite, **settings)
     assert cluster is not None and vendor is not None      # else a problem was reported above
     hosts = cluster.options.plan_hosts(cases, flagperf_path)
     if not cluster.hosts:       # a scheduler's nodes: placeholders until it allocates them
@@ -433,9 +457,18 @@ def _vendor_of(ck: Checker, data, source_root: Path, detect) -> tuple:
     return vendor_name, reason, vendor
 
 
-def _runtime_of(ck: Checker, data, cluster) -> str:
+def _default_runtime(test_path: Path, data, combined: bool) -> str:
+    """RUNTIME when the file sets none: docker for FlagPerf's own files (a .py config, a base config, a host.yaml
+    with its HOSTS, an inference or operation suite), whose cases always ran in containers; bare for a flagperf
+    YAML test config, as the embedded default runs."""
+    flagperf_format = is_python_config(test_path) or combined or \
+        any(k in data for k in ("BENCHMARKS_OR_TOOLKITS", "FLAGPERF_SUITE"))
+    return "docker" if flagperf_format else "bare"
+
+
+def _runtime_of(ck: Checker, data, cluster, default: str = "docker") -> str:
     """RUNTIME, checked against the runtimes the cluster's backend registered and what its own keys allow."""
-    runtime = ck.get(data, "RUNTIME", str, "docker")
+    runtime = ck.get(data, "RUNTIME", str, default)
     reg = registration(cluster.scheduler) if cluster is not None else None
     if reg is not None and runtime not in reg.runtimes:
         why = dict(reg.refused).get(runtime)
@@ -534,6 +567,8 @@ def _load_cases(ck: Checker, data, cluster, vendor, source_root, case_paths=(), 
                            f"'model:framework:hw:nnodes:nproc:repeat': data_dir")
         return []
     if not isinstance(cases_map, dict) or not cases_map:
+        if cases_map is None and any(looks_like_case_key(k) for k in data):
+            return []       # its case keys are outside it: said once each, with the indentation hint
         ck.add(data, "CASES", "expected a non-empty mapping 'model:framework:hw:nnodes:nproc:repeat': data_dir")
         return []
     cases = []
@@ -717,6 +752,11 @@ def _flagperf_checkout(ck: Checker, data, base_mode) -> list:
         ck.warn(data, "FLAGPERF_PATH", f"a FlagPerf training tree: its cases ({folder}) run with its own launchers "
                                        f"(run_benchmarks/), as a CASE_PATHS folder; flagperf deploys its own tree to "
                                        f"its default FLAGPERF_PATH")
+    elif kind in (f"{INFERENCE}/", f"{OPERATION}/"):
+        script = "run_inference.py" if kind == f"{INFERENCE}/" else "benchmarks/<op>/main.py"
+        ck.warn(data, "FLAGPERF_PATH", f"a FlagPerf {kind} tree: its cases run as FlagPerf's run.py starts them "
+                                       f"({script}), from this tree ({folder} as a CASE_PATHS folder); flagperf "
+                                       f"deploys its own tree to its default FLAGPERF_PATH")
     else:
         ck.warn(data, "FLAGPERF_PATH", f"a FlagPerf {kind} folder: its {sub}/ ({folder}) is used as a CASE_PATHS "
                                        f"folder; flagperf deploys its own tree to its default FLAGPERF_PATH")
@@ -728,7 +768,8 @@ def flagperf_kind(path, data) -> str:
     host.yaml without BENCHMARKS_OR_TOOLKITS: inference/, operation/) that suite's folder."""
     if "BENCHMARKS_OR_TOOLKITS" in data:
         return "base/"
-    return "training/" if is_python_config(path) else "inference/ or operation/"
+    suite = suite_of(path, data)
+    return "training/" if is_python_config(path) else f"{suite}/" if suite else "inference/ or operation/"
 
 
 def _load_base_cases(ck: Checker, data, cluster, vendor, source_root, case_paths) -> list:
@@ -781,6 +822,89 @@ def _load_base_cases(ck: Checker, data, cluster, vendor, source_root, case_paths
                    label)
         cases.append(CaseSpec(key, model, BASE_FRAMEWORK, chip, nnodes, nproc, 1, framework_full=BASE_FRAMEWORK,
                               image_dir=image_dir))
+    return cases
+
+
+def _suite(ck: Checker, data) -> str | None:
+    """FLAGPERF_SUITE (inference or operation), or the suite of FlagPerf's host.yaml (flagperf.suites.suite_of)."""
+    if "FLAGPERF_SUITE" in data and data["FLAGPERF_SUITE"] not in (INFERENCE, OPERATION):
+        ck.add(data, "FLAGPERF_SUITE", f"expected {INFERENCE} (CASES {INFERENCE_KEY}: <data dir>) or {OPERATION} "
+                                       f"(CASES {OPERATION_KEY}: <image name>), got {data['FLAGPERF_SUITE']!r:.80}")
+        return None
+    if "FLAGPERF_SUITE" in data and "BENCHMARKS_OR_TOOLKITS" in data:
+        ck.add(data, "FLAGPERF_SUITE", "a FlagPerf base config (BENCHMARKS_OR_TOOLKITS) is no inference or operation "
+                                       "config; keep one of them")
+        return None
+    return suite_of(ck.path, data)
+
+
+def _load_suite_cases(ck: Checker, data, cluster, vendor, suite: str) -> list:
+    """CASES of a FlagPerf inference host.yaml (``"<model>:<framework>": <data dir>``: on the first host) or
+    operation host.yaml (``"<op>:<dataformat>:<spectflops>:<oplib>:<chip>": <image name>``: on every host), as
+    FlagPerf's run.py reads them: one round, one process per host (flagperf.suites)."""
+    grammar = f"{INFERENCE_KEY}: <data dir>" if suite == INFERENCE else f"{OPERATION_KEY}: <image name>"
+    if "NPROC_PER_NODE" in data:
+        ck.warn(data, "NPROC_PER_NODE", f"accepted and ignored: FlagPerf's {suite} cases run one process per host, "
+                                        f"as FlagPerf's run.py starts them")
+    cases_map = data.get("CASES")
+    if "CASES" not in data:
+        ck.problems.append(f"{ck.path}: CASES: required key is missing; expected a mapping {grammar}")
+        return []
+    if not isinstance(cases_map, dict) or not cases_map:
+        ck.add(data, "CASES", f"expected a non-empty mapping {grammar}")
+        return []
+    hosts: tuple = cluster.hosts if cluster is not None else ()
+    if cluster is not None and not hosts:
+        ck.add(data, "HOSTS", f"a FlagPerf {suite} host.yaml runs its cases on the hosts of HOSTS; it lists none")
+        return []
+    cases = []
+    for key, value in cases_map.items():
+        label = f"CASES[{key!r}]"
+        try:
+            if suite == INFERENCE:
+                model, framework_full, extra = parse_inference_key(key)
+                fields: dict = {}
+            else:
+                fields = parse_operation_key(key)
+                model, framework_full, extra = fields["op"], BASE_FRAMEWORK, ()
+        except ValueError as exc:
+            ck.add(cases_map, key, str(exc), label)
+            continue
+        framework = framework_full.partition("_")[0]
+        if vendor is not None and framework not in vendor.frameworks:
+            ck.add(cases_map, key, f"framework {framework!r} is not provided by vendor {vendor.name!r}; expected one "
+                                   f"of: {', '.join(vendor.frameworks)}", label)
+            continue
+        if suite == OPERATION:
+            if not isinstance(value, str) or not re.fullmatch(r"[A-Za-z0-9_.+-]+", value):
+                ck.add(cases_map, key, f"expected FlagPerf's image name (a folder of vendors/<vendor>/, such as "
+                                       f"ngctorch2403), got {value!r}", label)
+                continue
+            if len(hosts) > 1 and hosts[0].is_local and any(not h.is_local for h in hosts):
+                ck.add(cases_map, key, "node 0 is 'localhost' but other nodes are SSH hosts; list this machine by an "
+                                       "address they can reach", label)
+                continue
+            cases.append(CaseSpec(key, model, framework, fields["chip"], max(len(hosts), 1), 1, 1,
+                                  framework_full=framework_full, image_dir=value, suite=suite,
+                                  suite_args=(fields["dataformat"], fields["spectflops"], fields["oplib"])))
+            continue
+        if extra:
+            ck.warn(cases_map, key, f"fields after the second ({':'.join(extra)}) are accepted and ignored, as "
+                                    f"FlagPerf's inference run.py ignores them", label)
+        if not isinstance(value, str) or not value or ":" in value:
+            ck.add(cases_map, key, f"expected the data directory (a path without ':', it is bind-mounted as "
+                                   f"host:container), got {value!r}", label)
+            continue
+        try:
+            resolved = str(resolve(ck.path, value))
+        except ValueError as exc:
+            ck.add(cases_map, key, f"data directory: {exc}", label)
+            continue
+        if hosts and hosts[0].is_local and not is_("is_dir", resolved):
+            ck.add(cases_map, key, f"data directory {resolved} does not exist on localhost", label)
+            continue
+        cases.append(CaseSpec(key, model, framework, vendor.name if vendor is not None else "default", 1, 1, 1,
+                              data_dir=resolved, framework_full=framework_full, extra=extra, suite=suite))
     return cases
 
 
@@ -962,7 +1086,8 @@ def apply_overrides(config: Config, ov: Overrides) -> Config:
     if t.base_mode:
         cases = tuple(replace(case, nnodes=len(hosts)) for case in cases)
     elif ov.hosts or not _host_list(c.scheduler):
-        cases = tuple(replace(case, nnodes=len(hosts)) if case.each or case.pairs else case for case in cases)
+        cases = tuple(replace(case, nnodes=len(hosts)) if case.each or case.pairs or case.suite == OPERATION
+                      else case for case in cases)
     cluster = replace(c, hosts=hosts, options=options, master_port=port)
     test = replace(t, cases=cases, log_path=log_path)
     problems.extend(_override_case_problems(test, cluster, ov))

@@ -1,10 +1,12 @@
 """``flagperf convert``: FlagPerf's config files written as flagperf YAML.
 
-Input: a training ``test_conf.py`` (with or without its ``cluster_conf.py``), or a base ``host.yaml`` (test and
-cluster keys in one file). Output: ``test_conf.yaml`` and, when there are hosts, ``cluster.yaml``, each with a
-YAML comment on every key that changed or was dropped and why. The files load as they are (``flagperf run
---config test_conf.yaml --dry-run``); the values are not checked here beyond what the conversion needs, so that
-a config can be converted on a machine other than the one that runs it.
+Input: a training ``test_conf.py`` (with or without its ``cluster_conf.py``), or a base, inference or operation
+``host.yaml`` (test and cluster keys in one file). Output: ``test_conf.yaml`` and, when there are hosts,
+``cluster.yaml``, each with a YAML comment on every key that changed or was dropped and why. The files load as
+they are (``flagperf run --config test_conf.yaml --dry-run``); the values are not checked here beyond what the
+conversion needs, so that a config can be converted on a machine other than the one that runs it. Of an inference
+or operation host.yaml, a case key that FlagPerf could not run either and the keys those suites do not use are
+left out, each with a line saying so.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from flagperf.options.hostlist import PATH_KEYS as HOSTLIST_PATH_KEYS
 from flagperf.options.hostlist import PORT_KEYS as HOSTLIST_PORT_KEYS
 from flagperf.errors import ConfigError
 from flagperf.pyconfig import is_python_config, load_config_file
+from flagperf.suites import INFERENCE, SUITE_KEY, parse_inference_key, parse_operation_key, suite_of
 from flagperf.yamlio import LineMap, one_line, where
 from flagperf_contract import write_atomic
 
@@ -44,9 +47,11 @@ class _Source:
         return "HOSTS" in self.data
 
 
-def convert(files, out_dir: Path, *, force: bool = False) -> list:
+def convert(files, out_dir: Path, *, force: bool = False, left_out: list | None = None) -> list:
     """Write the flagperf YAML of FlagPerf's ``files`` into ``out_dir``; return the paths written. ConfigError
-    (exit 2) for a file that cannot be read or converted, or an output that exists (unless ``force``)."""
+    (exit 2) for a file that cannot be read or converted, or an output that exists (unless ``force``).
+    ``left_out`` gets one line for each key or case of an inference or operation host.yaml that the written
+    config leaves out, and why."""
     sources = [_read(Path(f)) for f in files]
     tests = [s for s in sources if s.is_test]
     clusters = [s for s in sources if not s.is_test]
@@ -64,7 +69,7 @@ def convert(files, out_dir: Path, *, force: bool = False) -> list:
     cluster = clusters[0] if clusters else (test if test.has_hosts else None)
 
     out_dir = Path(out_dir)
-    outputs = {TEST_FILE: _test_yaml(test, cluster)}
+    outputs = {TEST_FILE: _test_yaml(test, cluster, left_out if left_out is not None else [])}
     if cluster is not None:
         outputs[CLUSTER_FILE] = _cluster_yaml(cluster)
     _check_outputs(out_dir, outputs, sources, force)
@@ -87,10 +92,11 @@ def _read(path: Path) -> _Source:
 
 # -- the test config -----------------------------------------------------------------------------------------------
 
-def _test_yaml(src: _Source, cluster: _Source | None) -> str:
+def _test_yaml(src: _Source, cluster: _Source | None, left_out: list) -> str:
     data, path = src.data, src.path
     base = "BENCHMARKS_OR_TOOLKITS" in data
     combined = src is cluster
+    suite = suite_of(path, data)        # FlagPerf's inference or operation host.yaml
     flagperf_format = is_python_config(path) or base or combined
     known = TEST_KEYS + (CLUSTER_KEYS if combined else ())
     _unknown(src, known, FLAGPERF_IGNORED, (CLUSTER_KEYS, "the cluster config") if not combined else None)
@@ -103,6 +109,8 @@ def _test_yaml(src: _Source, cluster: _Source | None) -> str:
             continue        # written to the cluster config; said once, below
         elif key in FLAGPERF_IGNORED:
             out.comment(f"dropped {key}: {_short(value)}: {FLAGPERF_IGNORED[key]}")
+            if suite:
+                left_out.append(one_line(f"{where(path, data, key)}: left out {key}: {FLAGPERF_IGNORED[key]}"))
         elif key == "FLAGPERF_PATH" and flagperf_format:
             sub = "toolkits" if base and str(data.get("BENCHMARKS_OR_TOOLKITS")).strip().lower() == "toolkit" \
                 else "benchmarks"
@@ -122,6 +130,10 @@ def _test_yaml(src: _Source, cluster: _Source | None) -> str:
                 out.key(key, _abs(path, value), _moved(path, value))
         elif key in PATH_KEYS and isinstance(value, str):
             out.key(key, _abs(path, value), _moved(path, value))
+        elif key == "NPROC_PER_NODE" and suite:
+            why = f"FlagPerf's {suite} cases run one process per host"
+            out.comment(f"dropped NPROC_PER_NODE: {_short(value)}: {why}")
+            left_out.append(one_line(f"{where(path, data, key)}: left out NPROC_PER_NODE: {why}"))
         elif key == "NPROC_PER_NODE" and not base:
             out.comment(f"dropped NPROC_PER_NODE: {_short(value)}: it counts only in a FlagPerf base config "
                         f"(with BENCHMARKS_OR_TOOLKITS); each case key gives its nproc")
@@ -130,6 +142,11 @@ def _test_yaml(src: _Source, cluster: _Source | None) -> str:
         elif key == "BENCHMARKS_OR_TOOLKITS":
             out.key(key, value.strip().upper() if isinstance(value, str) else value,
                     "a FlagPerf base config: every case runs on all HOSTS with NPROC_PER_NODE ranks each")
+        elif key == "CASES" and suite and isinstance(value, dict):
+            if SUITE_KEY not in data:
+                out.key(SUITE_KEY, suite, f"CASES below are those of FlagPerf's {suite} host.yaml "
+                                          f"(docs/migrating-from-flagperf.md)")
+            out.cases(_suite_cases(path, data, value, suite, left_out))
         elif key == "CASES" and not base and isinstance(value, dict):
             out.cases(_training_cases(path, value))
         else:
@@ -137,8 +154,8 @@ def _test_yaml(src: _Source, cluster: _Source | None) -> str:
     if case_paths:
         out.key("CASE_PATHS", case_paths, "folders where case code lives besides flagperf's benchmarks/")
     if "RUNTIME" not in data:
-        out.comment("RUNTIME is not set: flagperf's default, docker (FlagPerf always ran its cases in containers); "
-                    "RUNTIME: bare runs them as plain processes")
+        out.key("RUNTIME", "docker", "FlagPerf always ran its cases in containers (a flagperf YAML without RUNTIME "
+                                     "runs bare); RUNTIME: bare runs them as plain processes")
     if cluster is not None:
         moved = [k for k in cluster.data if k in CLUSTER_KEYS] if combined else []
         note = f"{', '.join(moved)} moved there" if moved else f"converted from {cluster.path}"
@@ -160,6 +177,34 @@ def _training_cases(path: Path, cases: dict) -> list:
             notes.append(_moved(path, data_dir))
             data_dir = _abs(path, data_dir)
         out.append((key, data_dir, "; ".join(notes)))
+    return out
+
+
+def _suite_cases(path: Path, data, cases: dict, suite: str, left_out: list) -> list:
+    """[(key, value, comment)] of an inference (data directories made absolute, fields after the second dropped)
+    or operation host.yaml (image names kept); a case that cannot run is left out, with a line in ``left_out``."""
+    out = []
+    for key, value in cases.items():
+        try:
+            if suite == INFERENCE:
+                model, framework, extra = parse_inference_key(key)
+                if not isinstance(value, str) or not value:
+                    raise ValueError(f"expected the data directory, got {value!r}")
+            else:
+                parse_operation_key(key)
+                if not isinstance(value, str) or not re.fullmatch(r"[A-Za-z0-9_.+-]+", value):
+                    raise ValueError(f"expected FlagPerf's image name, got {value!r}")
+        except ValueError as exc:
+            left_out.append(one_line(f"{where(path, cases, key)}: left out CASES[{key!r}]: {exc}"))
+            continue
+        if suite != INFERENCE:
+            out.append((key, value, ""))
+            continue
+        notes = [f"was {key!r}: fields after the second ({':'.join(extra)}) dropped, as FlagPerf ignored "
+                 f"them"] if extra else []
+        if _moved(path, value):
+            notes.append(_moved(path, value))
+        out.append((f"{model}:{framework}", _abs(path, value), "; ".join(notes)))
     return out
 
 

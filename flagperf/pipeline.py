@@ -70,6 +70,7 @@ class Run:
             hosts_ok, accelerators = check(ctx)
             if hosts_ok:
                 replan(ctx, accelerators)
+                ctx.console.plan({case.name: len(case.rounds) for case in ctx.plan.cases})
                 for case, cres in zip(ctx.plan.cases, ctx.summary.cases):
                     if prepare_case(ctx, case, cres):
                         for rnd, rres in zip(case.rounds, cres.rounds):

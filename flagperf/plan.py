@@ -16,6 +16,7 @@ from pathlib import Path, PurePosixPath
 
 from flagperf.options.base import HostSpec
 from flagperf.caselaunch import case_source, in_place_mounts, node_command, prepares_itself, training_notes
+from flagperf.mpilaunch import MpiContext, mpi_starter_argv
 from flagperf.config import CaseSpec, Config
 from flagperf.containers import (LABEL_CASE, LABEL_NODE, LABEL_ROUND, LABEL_RUN, PREPARE_AND_LAUNCH, ContainerRun,
                                  container_name, container_run)
@@ -163,7 +164,8 @@ def merged_case_config(config: Config, case: CaseSpec) -> tuple:
         vdir / "case_config.yaml",
         vdir / f"config_{case.hw}.yaml",
         vdir / f"config_{case.hw}x{job_nnodes(case)}x{case.nproc}.yaml",     # each: 1 node per job, pairs: 2
-    ] if src.training is None else []     # a FlagPerf training case reads its own vendor config
+    ] if src.training is None and src.suite is None else []     # FlagPerf's training, inference and operation
+    # cases read their own configs
     merged: dict = {}
     env: dict | None = None
     used, problems = [], []
@@ -392,7 +394,7 @@ def _node(config, case, case_name, round_index, case_cfg, host, node_rank, maste
         "FLAGPERF_VENDOR": vendor.name,
         "FLAGPERF_DEVICE": vendor.torch_device or vendor.device,
         "FLAGPERF_DIST_BACKEND": vendor.dist_backend,
-        "FLAGPERF_TORCH_PLUGIN": vendor.torch_plugin or "",
+        "FLAGPERF_TORCH_PLUGIN": vendor.plugin_modules,      # torch_plugin, dist_backend_module
         "FLAGPERF_RUN_ID": run_id,
         "FLAGPERF_FRAMEWORK": case.framework_full or case.framework,     # as written: pytorch_2.0
     }
@@ -403,9 +405,13 @@ def _node(config, case, case_name, round_index, case_cfg, host, node_rank, maste
                        hosts=[h.address for h in hosts], round_index=round_index)
     slot = node_rank if slot is None else slot      # each: the job's index, so that names never clash
     cname = container_name(run_id, case_name, round_index, slot) if in_container else None
+    argv = cmd.argv
+    if cmd.mode == "mpi" and node_rank == 0:        # one mpirun on node 0 starts every node's ranks
+        argv = _mpi_argv(config, case, cmd, hosts, python, node_dir, round_rel, case_cfg, master_addr, port,
+                         round_index, env)
     launch = LaunchSpec(
         case=case.key, case_name=case_name, framework=case.framework, round=round_index, node_rank=node_rank,
-        nnodes=case.nnodes, nproc=case.nproc, ranks=list(ranks), argv=cmd.argv, mode=cmd.mode,
+        nnodes=case.nnodes, nproc=case.nproc, ranks=list(ranks), argv=argv, mode=cmd.mode,
         cwd=cmd.cwd, env=_with_case_env(cmd.env, case_cfg), out_dir=node_dir,
         env_defaults=dict(vendor.rank_env), visible_devices_env=t.visible_devices_env,
         visible_devices=",".join(str(i) for i in range(case.nproc)), data_dir=case.data_dir, grace_s=10.0,
@@ -422,6 +428,31 @@ def _node(config, case, case_name, round_index, case_cfg, host, node_rank, maste
                                slot, cname)
     return NodePlan(host, node_rank, ranks, node_dir, local_dir, master_addr, launcher_argv, monitor_argv, launch,
                     case_cfg, container, port, job)
+
+
+def _mpi_argv(config, case, cmd, hosts, python, node_dir, round_rel, case_cfg, master_addr, port, round_index,
+              base_env) -> list:
+    """Launch mode mpi, node 0: the starter of one mpirun over every node of the job (flagperf.mpilaunch), each
+    node's context with its rank command as that node's own launch would have it."""
+    vendor, t = config.vendor, config.test
+    contexts = [MpiContext(hosts[0].address, 0, case.nproc, cmd.cwd, node_dir, tuple(cmd.argv))]
+    for j, h in enumerate(hosts[1:], 1):
+        nd = str(host_result_root(h, config) / round_rel / f"{h.address}_noderank{j}")
+        other = node_command(config, case, h, python=h.python, node_rank=j, node_dir=nd, master_addr=master_addr,
+                             master_port=port, base_env={**base_env, "NODE_RANK": str(j)},
+                             hosts=[x.address for x in hosts], round_index=round_index)
+        contexts.append(MpiContext(h.address, j, case.nproc, other.cwd, nd, tuple(other.argv)))
+    env = _with_case_env(cmd.env, case_cfg)
+    names = [*env, *vendor.rank_env, *([t.visible_devices_env] if t.visible_devices_env else []),
+             "OMP_NUM_THREADS", "PYTHONUNBUFFERED"]
+    values = {"master_addr": master_addr, "master_port": str(port), "node_rank": "0", "nnodes": str(case.nnodes),
+              "nproc": str(case.nproc), "world_size": str(case.nnodes * case.nproc), "data_dir": case.data_dir or "",
+              "result_dir": node_dir, "vendor": vendor.name, "chip": case.hw,
+              "config_file": f"{node_dir}/{CASE_CONFIG_FILE}", "case_dir": cmd.cwd, "python": python,
+              "framework": case.framework_full or case.framework, "hosts": ",".join(h.address for h in hosts),
+              "host_addr": hosts[0].address, "hosts_ports": ",".join(str(p) for p in config.cluster.hosts_ports),
+              "round": str(round_index), "case_key": case.key}
+    return mpi_starter_argv(config, cmd.source, python, hosts[0].flagperf_path, contexts, names, hosts, values)
 
 
 def _container(config, case, host, launch, launcher_argv, node_dir, run_id, case_name, round_index, node_rank,

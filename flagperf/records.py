@@ -75,6 +75,7 @@ BELOW = "below"                 # worse than the reference by more than ``tolera
 ABOVE = "above"                 # better by more than ``tolerance``: flagged; fails only past ``better_tolerance``
 NOT_MEASURED = "not_measured"   # the passed rounds did not report the metric
 UNIT_MISMATCH = "unit_mismatch"  # measured in another unit than the reference's: fails the case
+SUSPECT = "suspect"             # the figure cannot be what the case claims to measure (``note`` says why): flagged
 
 
 @dataclass(frozen=True)

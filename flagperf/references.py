@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from flagperf.records import ABOVE, BELOW, NOT_MEASURED, UNIT_MISMATCH, WITHIN, ReferenceVerdict
+from flagperf.records import ABOVE, BELOW, NOT_MEASURED, SUSPECT, UNIT_MISMATCH, WITHIN, ReferenceVerdict
 from flagperf.yamlio import LineMap, load_yaml_file, one_line, where
 
 FILE_KEYS = ("match", "description", "benchmarks", "verdicts")
@@ -601,6 +601,8 @@ def describe(v: ReferenceVerdict) -> str:
         return f"{name} = {_num(v.measured)} {v.measured_unit}: unit mismatch, the reference is in " \
                f"{unit} ({exp})"
     head = f"{name} = {_num(v.measured)} {unit}"
+    if result == SUSPECT:
+        return f"{head}: flagged (not failed): {v.note} ({exp})"
     dev = v.deviation
     off = f" ({'+' if (dev or 0) >= 0 else ''}{_pct(dev or 0)})"
     if result == BELOW:
@@ -613,7 +615,14 @@ def describe(v: ReferenceVerdict) -> str:
 
 
 def case_note(verdicts) -> str:
-    """Short text for a table cell: the failing verdicts, or 'passed (within reference)'."""
+    """Short text for a table cell: the failing verdicts, or 'passed (within reference)'; then what is flagged
+    as suspect, with why."""
+    flagged = "; ".join(f"flagged: {v.metric}: {v.note}" for v in verdicts or () if v.result == SUSPECT)
+    text = _reference_note([v for v in verdicts or () if v.result != SUSPECT])
+    return "; ".join(x for x in (text, flagged) if x)
+
+
+def _reference_note(verdicts) -> str:
     if not verdicts:
         return ""
     bad = [v for v in verdicts if not v.ok]

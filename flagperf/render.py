@@ -10,6 +10,7 @@ import shlex
 
 from rich.table import Table
 
+from flagperf.mpilaunch import mpi_job_lines
 from flagperf.untrusted import for_markup
 
 
@@ -21,6 +22,7 @@ def plan_lines(plan, backend=None) -> list:
         f"run directory: {plan.run_dir}   (nothing is created by --dry-run)",
         f"vendor: {v.name} ({t.vendor_reason}); device {v.torch_device or v.device}, backend {v.dist_backend}"
         + (f", torch plug-in {v.torch_plugin}" if v.torch_plugin else "")
+        + (f", backend module {v.dist_backend_module}" if v.dist_backend_module else "")
         + f"; accelerator monitor {v.gpu_monitor}",
         f"scheduler: {cfg.cluster.scheduler}; runtime: {t.runtime}; monitor interval {t.monitor_interval:g} s; "
         f"case timeout {t.case_timeout:g} s; clear caches: {'yes' if t.clear_caches else 'no'}",
@@ -58,7 +60,13 @@ def plan_lines(plan, backend=None) -> list:
                 out.append(f"      monitor:  {shlex.join(node.monitor_argv)}")
                 out.append(f"      launcher: {shlex.join(node.launcher_argv)}")
                 env = " ".join(f"{k}={shlex.quote(val)}" for k, val in spec.env.items())
-                if spec.mode == "node":    # one command per node, which starts the ranks
+                if spec.mode == "mpi":     # one mpirun on node 0 starts every node's ranks
+                    what = "mpirun starter (node 0, log node.out.log)" if node.node_rank == 0 else \
+                        "rank command (started by node 0's mpirun)"
+                    out.append(f"      {what}: (cd {shlex.quote(spec.cwd)} && {shlex.join(spec.argv)})")
+                    if node.node_rank == 0:
+                        out += [f"      {line}" for line in mpi_job_lines(spec.argv)]
+                elif spec.mode == "node":    # one command per node, which starts the ranks
                     out.append(f"      node command (once per node, log node.out.log): (cd {shlex.quote(spec.cwd)} "
                                f"&& {env} {shlex.join(spec.argv)})")
                 else:

@@ -37,6 +37,7 @@ _KEYS = {
     "visible_devices_env": (str, type(None)),
     "gpu_monitor": str,
     "torch_plugin": (str, type(None)),
+    "dist_backend_module": (str, type(None)),
     "rank_env": dict,
     "frameworks": list,
     "container": dict,
@@ -94,6 +95,12 @@ class VendorProfile:
     peaks: Path | None = None                       # peak table YAML
     tested: bool = True                             # False: written from documentation, never run
     torch_plugin: str | None = None                 # the vendor's torch extension module (torch_npu, ...)
+    dist_backend_module: str | None = None          # a module that registers dist_backend's own backend (flagcx)
+
+    @property
+    def plugin_modules(self) -> str:
+        """FLAGPERF_TORCH_PLUGIN: the modules the ranks import after torch, comma-separated ('' for none)."""
+        return ",".join(m for m in (self.torch_plugin, self.dist_backend_module) if m)
 
 
 # --- checks of single values, shared with container_opts; each returns what was expected, or None ---
@@ -265,12 +272,12 @@ def _load_profile(root: Path, name: str, path: Path, data: dict) -> tuple[Vendor
     else:
         effective_device = torch_device or (device if device in ("cpu", "cuda") else None)
     backend = get["dist_backend"]
-    if backend is not None and backend not in DIST_BACKENDS:
-        p.add("dist_backend", f"expected one of {', '.join(DIST_BACKENDS)}, got {backend!r}")
-    elif backend not in (None, "gloo") and effective_device is not None \
-            and DEVICE_BACKEND[effective_device] != backend:
-        p.add("dist_backend", f"expected {DEVICE_BACKEND[effective_device]} or gloo with torch device "
-                              f"{effective_device}, got {backend!r}")
+    backend_module = get["dist_backend_module"]
+    if backend_module is not None and not _MODULE.fullmatch(backend_module):
+        p.add("dist_backend_module", f"expected a Python module name such as flagcx, got {backend_module!r}")
+    if backend is not None:
+        for problem in backend_problems(backend, effective_device, backend_module is not None):
+            p.add("dist_backend", problem)
     torch_plugin = get["torch_plugin"]
     if torch_plugin is not None and not _MODULE.fullmatch(torch_plugin):
         p.add("torch_plugin", f"expected a Python module name such as torch_npu, got {torch_plugin!r}")
@@ -319,7 +326,55 @@ def _load_profile(root: Path, name: str, path: Path, data: dict) -> tuple[Vendor
         peaks=peaks,
         tested=tested,
         torch_plugin=torch_plugin,
+        dist_backend_module=backend_module,
     ), []
+
+
+_BACKEND_NAME = re.compile(r"[a-z][a-z0-9_]{0,31}")
+
+
+def parse_backend_spec(spec: str) -> list:
+    """[(device type or None, backend)] of a dist_backend: ``nccl`` -> [(None, 'nccl')];
+    ``cpu:gloo,cuda:flagcx`` -> [('cpu', 'gloo'), ('cuda', 'flagcx')] (torch.distributed's composite form).
+    ValueError says what is wrong."""
+    if ":" not in spec:
+        if not _BACKEND_NAME.fullmatch(spec):
+            raise ValueError(f"expected a backend name or device:backend pairs such as cpu:gloo,cuda:nccl, got "
+                             f"{spec!r}")
+        return [(None, spec)]
+    out: list = []
+    for part in spec.split(","):
+        device, sep, name = part.strip().partition(":")
+        if not sep or device not in TORCH_DEVICES or not _BACKEND_NAME.fullmatch(name):
+            raise ValueError(f"expected device:backend pairs (devices: {', '.join(TORCH_DEVICES)}) such as "
+                             f"cpu:gloo,cuda:nccl, got {part.strip()!r} in {spec!r}")
+        if any(d == device for d, _ in out):
+            raise ValueError(f"device {device} named twice in {spec!r}")
+        out.append((device, name))
+    return out
+
+
+def backend_problems(spec: str, device: str | None, has_module: bool) -> list:
+    """What is wrong with a dist_backend for a profile whose ranks use torch ``device`` (None: not known): a
+    built-in backend with another device than its own (gloo goes with any); a backend of none of torch's
+    (flagcx, ...) without dist_backend_module to register it; a composite spec without an entry for ``device``."""
+    try:
+        pairs = parse_backend_spec(spec)
+    except ValueError as exc:
+        return [str(exc)]
+    problems = []
+    for dev, name in pairs:
+        dev = dev or device
+        if name in DIST_BACKENDS:
+            if name != "gloo" and dev is not None and DEVICE_BACKEND[dev] != name:
+                problems.append(f"expected {DEVICE_BACKEND[dev]} or gloo with torch device {dev}, got {name!r}"
+                                + (f" in {spec!r}" if len(pairs) > 1 or pairs[0][0] else ""))
+        elif not has_module:
+            problems.append(f"{name!r} is none of torch's backends ({', '.join(DIST_BACKENDS)}): name the module "
+                            f"that registers it in dist_backend_module (e.g. flagcx)")
+    if device is not None and pairs[0][0] is not None and not any(d == device for d, _ in pairs):
+        problems.append(f"{spec!r} names no backend for the torch device {device}")
+    return problems
 
 
 def _load_container(p: _Problems, raw: dict) -> ContainerSpec:

@@ -18,10 +18,18 @@ In launch mode "node" (``mode`` in the spec) it starts one process instead, the 
 holds one record for it. Its process group and the token reach whatever it starts, so stopping and reaping
 work the same.
 
+In launch mode "mpi" node 0's launcher starts the node command, ``launcher/mpi_launch.py``, which execs one mpirun
+over every node of the job (output in ``node.out.log``); the other nodes' launchers start nothing and wait until
+the driver stops them once node 0 ended (mpirun started their ranks over ssh). Each rank's wrapper writes
+``rank<R>.out.log`` and ``rank<R>.exit`` in its node's directory; ``ranks.json`` holds one record per rank of the
+node, read from those files, the first rank that failed on its own marked.
+
 Writes ``launcher.log`` (its own log) and ``ranks.json`` (schema ``flagperf.ranks/1``: every rank's pid and
-exit code, and the processes reaped). Exit status: 0 when every rank exited 0, 1 when a rank failed, 143 when
-stopped by a signal, 2 for a bad spec, 4 when it cannot write its node directory (a full disk, no inodes, a
-read-only filesystem): the driver says so instead of "ranks.json missing".
+exit code, and the processes reaped). While the ranks run it keeps ``node_status.json`` (schema
+``flagperf.node-status/1``) up to date: every rank running or exited (with its exit code), and the latest STEP
+event of the node's first rank, for the driver's live panel. Exit status: 0 when every rank exited 0, 1 when a
+rank failed, 143 when stopped by a signal, 2 for a bad spec, 4 when it cannot write its node directory (a full
+disk, no inodes, a read-only filesystem): the driver says so instead of "ranks.json missing".
 """
 
 import argparse
@@ -29,6 +37,7 @@ import json
 import os
 import secrets
 import signal
+import stat
 import subprocess
 import sys
 import threading
@@ -37,16 +46,21 @@ import time
 # FLAGPERF_PATH (the folder holding launcher/) holds the contract module shared with the driver.
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from flagperf_contract import (LAUNCH_FILE, LAUNCHER_BAD_SPEC_EXIT, LAUNCHER_CANNOT_WRITE_EXIT,  # noqa: E402
-                               LAUNCHER_LOG, LAUNCHER_SIGNALLED_EXIT, NODE_COMMAND_LOG, RANKS_FILE, ContractError,
-                               LaunchSpec, RankRecord, RankReport, now_iso, rank_log_name, read_json_file,
+                               LAUNCHER_LOG, LAUNCHER_SIGNALLED_EXIT, NODE_COMMAND_LOG, NODE_STATUS_FILE, RANKS_FILE,
+                               ContractError, LaunchSpec, NodeStatus, RankRecord, RankReport, RankState, now_iso,
+                               parse_perflog_line, rank_exit_name, rank_log_name, read_json_file, step_fields,
                                write_json_atomic)
 
 
 NODE_TOKEN_ENV = "FLAGPERF_NODE_TOKEN"     # set for every rank; its value is unique to one node launcher
+MPI_NODE_ENV = "FLAGPERF_MPI_NODE_DIR"     # launch mode mpi: set by the ranks' wrapper (mpi_launch.py) to their
+                                           # node directory, where that node's launcher looks for what is left
 REAP_TERM_GRACE_S = 2.0                    # SIGTERM to SIGKILL for processes left behind by the ranks
 REAP_KILL_WAIT_S = 2.0                     # how long to wait for them to vanish after SIGKILL
 REAP_PASSES = 5                            # scans of /proc (a process may fork while it is being ended)
 CMDLINE_MAX = 200                          # characters of a reaped process's command line kept in the report
+STEP_POLL_S = 2.0                          # how often the first rank's log is read for its latest STEP event
+STEP_TAIL_BYTES = 64 * 1024                # the last bytes of that log read each time
 
 
 def _token_entry(token, var=NODE_TOKEN_ENV):
@@ -176,7 +190,13 @@ class Launcher:
         self.token = "/".join(str(x) for x in (spec.env.get("FLAGPERF_RUN_ID", "-"), spec.case, spec.round,
                                                 spec.node_rank, os.getpid(), secrets.token_hex(8)))
         self.reaped = []        # processes left behind by the ranks, ended by reap()
-        self.node_mode = getattr(spec, "mode", "ranks") == "node"
+        mode = getattr(spec, "mode", "ranks")
+        self.mpi_mode = mode == "mpi"
+        self.mpi_peer = self.mpi_mode and spec.node_rank != 0     # mpirun on node 0 starts this node's ranks
+        self.node_mode = mode == "node" or (self.mpi_mode and not self.mpi_peer)
+        self.stopped = threading.Event()
+        self.step = {}          # step_fields of the latest STEP event of the node's first rank
+        self.done = threading.Event()
 
     def log(self, msg):
         try:
@@ -208,6 +228,10 @@ class Launcher:
         self.log(f"cwd={s.cwd} argv={json.dumps(s.argv)}")
         self.log("env " + " ".join(f"{k}={v}" for k, v in sorted(s.env.items())))
         self.log(f"every rank and its descendants carry {NODE_TOKEN_ENV}={self.token}")
+        if self.mpi_peer:
+            self.log(f"launch mode mpi: mpirun on node 0 starts ranks {s.ranks[0]}-{s.ranks[-1]} of this node; "
+                     f"waiting until the driver ends the round")
+            return
         # node mode: one process, the node command, recorded under the node's first global rank
         starts = [(0, s.ranks[0])] if self.node_mode else list(enumerate(s.ranks))
         for local_rank, rank in starts:
@@ -222,6 +246,28 @@ class Launcher:
                 self.log(f"node command (for ranks {s.ranks[0]}-{s.ranks[-1]}) started pid={proc.pid} log={path}")
             else:
                 self.log(f"rank {rank} (local {local_rank}) started pid={proc.pid} log={path}")
+            self.write_status()
+
+    def write_status(self):
+        """node_status.json: every rank started so far, running or exited, and the first rank's latest STEP."""
+        with self.lock:
+            doc = NodeStatus(self.spec.node_rank, [
+                RankState(r["rank"], "running" if r["exit_code"] is None else "exited", r["exit_code"])
+                for r in sorted(self.procs.values(), key=lambda r: r["rank"])],
+                dict(self.step), self.spec.ranks[0], now_iso())
+        try:
+            write_json_atomic(os.path.join(self.out_dir, NODE_STATUS_FILE), doc.to_dict())
+        except OSError:         # a full disk: the live view only is lost
+            pass
+
+    def watch_steps(self):
+        """Until the ranks are done: the latest STEP event in the first rank's log into node_status.json."""
+        path = os.path.join(self.out_dir, NODE_COMMAND_LOG if self.node_mode else rank_log_name(self.spec.ranks[0]))
+        while not self.done.wait(STEP_POLL_S):
+            step = latest_step(path)
+            if step is not None and step != self.step:
+                self.step = step
+                self.write_status()
 
     def stop_all(self, reason, sig=signal.SIGTERM):
         with self.lock:
@@ -229,6 +275,7 @@ class Launcher:
             if first:
                 self.stopping = reason
                 self.log(f"stopping ranks: {reason}")
+                self.stopped.set()
             for rec in self.procs.values():
                 if rec["exit_code"] is None:
                     try:
@@ -244,6 +291,10 @@ class Launcher:
                 self.log("grace period over: SIGKILL to the remaining ranks")
 
     def wait(self):
+        if self.mpi_peer:
+            self.stopped.wait()
+            self.done.set()
+            return
         remaining = len(self.procs)
         while remaining:
             try:
@@ -263,6 +314,7 @@ class Launcher:
             how = f"exit code {code}" if code >= 0 else f"signal {signal.Signals(-code).name}"
             what = "the node command" if self.node_mode else f"rank {rec['rank']}"
             self.log(f"{what} pid={pid} ended: {how} after {rec['duration_s']} s")
+            self.write_status()
             if code != 0 and self.stopping is None:
                 rec["first_failure"] = True
                 self.stop_all(f"{what} failed with {how}")
@@ -273,11 +325,14 @@ class Launcher:
                 pass
         if self.kill_timer:
             self.kill_timer.cancel()
+        self.done.set()
 
     def reap(self):
         """End the processes the ranks left behind (they carry this launcher's token); call after wait()."""
         try:
             found = reap_marked(self.token, log=self.log)
+            if self.mpi_mode:   # the ranks mpirun started here carry this node's directory instead
+                found += reap_marked(self.out_dir, var=MPI_NODE_ENV, log=self.log)
         except Exception as exc:    # never lose ranks.json over the clean-up
             self.log(f"reaping processes left behind failed: {exc!r}")
             return
@@ -285,7 +340,39 @@ class Launcher:
         if found:
             self.log(f"reaped {len(found)} process(es) left behind by the ranks")
 
+    def mpi_records(self):
+        """Launch mode mpi: one record per rank of this node from its wrapper's rank<R>.exit (exit code, and
+        whether it was stopped); a rank without one never ended on its own (stopped, or never started)."""
+        out = []
+        for local_rank, rank in enumerate(self.spec.ranks):
+            path = os.path.join(self.out_dir, rank_exit_name(rank))
+            rec = {"rank": rank, "local_rank": local_rank, "exit_code": None, "stopped_by_launcher": True}
+            try:
+                fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+                try:
+                    if not stat.S_ISREG(os.fstat(fd).st_mode):
+                        raise ValueError("not a regular file")
+                    fields = os.read(fd, 64).split()
+                    ended = os.fstat(fd).st_mtime
+                finally:
+                    os.close(fd)
+                code, stopped = int(fields[0]), fields[1:2] == [b"1"]
+                if not -255 <= code <= 255:
+                    raise ValueError(f"exit code {code}")
+                rec.update(exit_code=code, stopped_by_launcher=stopped, ended_t=ended,
+                           ended=time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(ended)))
+            except (OSError, ValueError, IndexError) as exc:
+                self.log(f"rank {rank}: no usable {rank_exit_name(rank)} ({exc}): recorded as stopped")
+            out.append(rec)
+        failed = sorted((r for r in out if r["exit_code"] not in (0, None) and not r["stopped_by_launcher"]),
+                        key=lambda r: r["ended_t"])
+        if failed:
+            failed[0]["first_failure"] = True
+        return out
+
     def report(self, signalled):
+        if self.mpi_mode:
+            return self.report_mpi(signalled)
         ranks = sorted(self.procs.values(), key=lambda r: r["rank"])
         failed = [r for r in ranks if r.get("first_failure")]
         doc = RankReport(
@@ -298,6 +385,77 @@ class Launcher:
         if signalled:
             return LAUNCHER_SIGNALLED_EXIT
         return 0 if all(r["exit_code"] == 0 for r in ranks) else 1
+
+
+    def report_mpi(self, signalled):
+        """ranks.json of a node of an MPI job. Node 0: failed when mpirun failed; a peer: failed only when one of
+        its ranks did (the driver's SIGTERM is how a peer's round ends)."""
+        ranks = self.mpi_records()
+        failed = [r for r in ranks if r.get("first_failure")]
+        mpirun = list(self.procs.values())
+        doc = RankReport(
+            node_rank=self.spec.node_rank, stopped=None if self.mpi_peer else self.stopping,
+            signalled=signalled and not self.mpi_peer, first_failure=failed[0]["rank"] if failed else None,
+            ranks=[RankRecord(r["rank"], r["local_rank"], None, r["exit_code"], None, r.get("ended"), None,
+                              bool(r["stopped_by_launcher"])) for r in ranks],
+            reaped=list(self.reaped), mode="mpi")
+        write_json_atomic(os.path.join(self.out_dir, RANKS_FILE), doc.to_dict())
+        if self.mpi_peer:
+            return 1 if failed else 0
+        if signalled:
+            return LAUNCHER_SIGNALLED_EXIT
+        if mpirun and all(r["exit_code"] == 0 for r in mpirun):
+            return 0
+        if not failed:      # mpirun failed before any rank of this node did: its own words, on this output
+            tail = mpirun_tail(os.path.join(self.out_dir, NODE_COMMAND_LOG))
+            _say(f"mpirun failed ({', '.join(str(r['exit_code']) for r in mpirun) or 'not started'}); the end of "
+                 f"{NODE_COMMAND_LOG}:\n" + "\n".join(tail))
+        return 1
+
+
+def mpirun_tail(path, lines=10, tail=16 * 1024):
+    """The last ``lines`` non-empty lines of mpirun's output (its message banners of dashes left out)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+    except OSError:
+        return []
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return []
+        os.lseek(fd, max(0, os.fstat(fd).st_size - tail), os.SEEK_SET)
+        text = os.read(fd, tail).decode(errors="replace")
+    except OSError:
+        return []
+    finally:
+        os.close(fd)
+    keep = [ln for ln in text.splitlines() if ln.strip() and set(ln.strip()) != {"-"}
+            and not ln.startswith("flagperf mpi (")]
+    return ["".join(c if c.isprintable() else "?" for c in ln)[:300] for ln in keep[-lines:]]
+
+
+def latest_step(path, tail=STEP_TAIL_BYTES):
+    """step_fields of the last STEP event in the last ``tail`` bytes of a log (a regular file only), or None."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return None
+        size = st.st_size
+        os.lseek(fd, max(0, size - tail), os.SEEK_SET)
+        data = os.read(fd, tail)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    for line in reversed(data.decode(errors="replace").splitlines()):
+        if '"STEP"' in line:
+            record = parse_perflog_line(line)
+            if record is not None and record.get("event") == "STEP":
+                return step_fields(record)
+    return None
 
 
 def watch_parent(launcher, parent):
@@ -336,6 +494,7 @@ def main(argv=None):
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGHUP, on_signal)
     threading.Thread(target=watch_parent, args=(launcher, os.getppid()), daemon=True).start()
+    threading.Thread(target=launcher.watch_steps, daemon=True).start()
     try:
         launcher.start()
     except OSError as exc:

@@ -3,6 +3,8 @@
 #   scripts/setup.sh                 the driver's dependencies and torch
 #   scripts/setup.sh --test          the same plus the test tools (pytest, ruff, mypy, setuptools, an sshd)
 #   scripts/setup.sh --print-python  print the interpreter to run flagperf with; install nothing
+#   scripts/setup.sh --link          also put a `flagperf` command on PATH (what `make run` does, below)
+#   scripts/setup.sh --path-note     say whether `flagperf` is on PATH, else the export line; install nothing
 # stdout: one line, the interpreter; run flagperf from this checkout as `<interpreter> -m flagperf`.
 # Progress and errors go to stderr.
 #
@@ -13,6 +15,10 @@
 # On a machine with a GPU, a missing torch is never replaced by a CPU build: setup stops and says which
 # torch to install (or set FLAGPERF_TORCH_SPEC to the pip arguments of the build to install).
 # FLAGPERF_ASSUME_GPU=1 (or 0) overrides the GPU detection (nvidia-smi -L, /dev/nvidia0).
+# --link writes build/bin/flagperf, a two-line script that runs `<interpreter> -m flagperf` from this checkout,
+# and links it as flagperf in ~/.local/bin (or ~/bin) when that folder is on PATH; an existing flagperf there
+# that is not such a link is left alone. --path-note prints the `export PATH=...` line when flagperf is not on
+# PATH (make run prints it after the run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -23,14 +29,70 @@ die() { echo "setup: $*" >&2; exit 1; }
 
 want_test=0
 print_only=0
+want_link=0
+path_note=0
 for arg in "$@"; do
   case $arg in
     --test) want_test=1 ;;
     --print-python) print_only=1 ;;
-    -h|--help) sed -n '2,7p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 0 ;;
-    *) die "unknown option '$arg'; expected --test, --print-python or --help" ;;
+    --link) want_link=1 ;;
+    --path-note) path_note=1 ;;
+    -h|--help) sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 0 ;;
+    *) die "unknown option '$arg'; expected --test, --print-python, --link, --path-note or --help" ;;
   esac
 done
+
+# --- the flagperf command (--link, --path-note) ----------------------------------------------------------
+COMMAND=$ROOT/build/bin/flagperf
+# The folder of PATH to link flagperf into: ~/.local/bin, else ~/bin, when it is on PATH.
+link_dir() {
+  local d
+  [ -n "${HOME:-}" ] || return 1
+  for d in "$HOME/.local/bin" "$HOME/bin"; do
+    case ":$PATH:" in *":$d:"*|*":$d/:"*) echo "$d"; return 0 ;; esac
+  done
+  return 1
+}
+# The flagperf that PATH gives is this checkout's command.
+on_path() {
+  local found
+  found=$(command -v flagperf 2>/dev/null) || return 1
+  [ -e "$COMMAND" ] && [ "$(readlink -f "$found")" = "$(readlink -f "$COMMAND")" ]
+}
+write_command() {       # write_command PYTHON: build/bin/flagperf, then the link into PATH
+  local py=$1 dir link
+  mkdir -p "$(dirname "$COMMAND")"
+  printf '#!/usr/bin/env bash\n# written by scripts/setup.sh --link: flagperf from this checkout\nPYTHONPATH=%q${PYTHONPATH:+:$PYTHONPATH} exec %q -m flagperf "$@"\n' \
+    "$ROOT" "$py" > "$COMMAND.tmp"
+  chmod 755 "$COMMAND.tmp"
+  mv -f "$COMMAND.tmp" "$COMMAND"
+  dir=$(link_dir) || return 0
+  link=$dir/flagperf
+  if [ -L "$link" ] && [ "$(readlink "$link")" = "$COMMAND" ]; then
+    return 0
+  elif [ -e "$link" ] || [ -L "$link" ]; then
+    if [ -L "$link" ] && [[ "$(readlink "$link")" == */build/bin/flagperf ]]; then
+      say "relinking $link (it pointed at $(readlink "$link")) to $COMMAND"
+    else
+      say "note: $link exists and is not set-up's link; left as it is ($COMMAND is this checkout's flagperf)"
+      return 0
+    fi
+  else
+    say "linking $link to $COMMAND"
+  fi
+  mkdir -p "$dir" && ln -sfn "$COMMAND" "$link" || say "note: could not link $link to $COMMAND"
+}
+if [ $path_note = 1 ]; then
+  if [ ! -x "$COMMAND" ]; then
+    say "no flagperf command yet: run scripts/setup.sh --link (make run does)"
+  elif on_path; then
+    say "flagperf is on PATH ($(command -v flagperf)): flagperf --help"
+  else
+    say "flagperf is not on PATH; to run it as flagperf:"
+    printf 'export PATH=%q:"$PATH"\n' "$(dirname "$COMMAND")" >&2
+  fi
+  exit 0
+fi
 
 # Import names; "wheelbuild" is a setuptools that builds wheels (>= 70.1, or >= 64 with wheel).
 RUNTIME_MODULES=(torch click rich yaml psutil pynvml paramiko docker plotly junitparser prometheus_client)
@@ -241,4 +303,5 @@ fi
 # flagperf itself runs from this checkout: `python -m flagperf` here (or with PYTHONPATH=$ROOT).
 (cd "$ROOT" && "$use" -c 'import flagperf.cli') 2>/dev/null ||
   die "$use cannot import flagperf.cli from $ROOT; try: cd $ROOT && $use -c 'import flagperf.cli'"
+[ $want_link = 1 ] && [ $print_only = 0 ] && write_command "$use"
 echo "$use"

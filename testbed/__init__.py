@@ -10,6 +10,8 @@ Nothing here is mocked: each module sets up a real part on this machine.
   nodes on 127.0.0.1) with its own SLURM_CONF and ports, and a Charliecloud image directory (debootstrap + CPU torch).
 * :mod:`testbed.browser` -- a real headless browser (Debian's ``chromium``, installed with apt-get when missing)
   that renders a report file: its DOM after the scripts ran, its console messages, a screenshot.
+* :mod:`testbed.openmpi` -- Debian's Open MPI (``mpirun``, ``mpicc``), installed with apt-get when missing, and
+  a helper that compiles an MPI program.
 * :mod:`testbed.proctable` -- a /proc scanner: which live processes match a command line, to prove that nothing
   was left running.
 * :mod:`testbed.realparts` -- the rule for a missing real part (no sshd, no dockerd, no nvcc): under CI=true the

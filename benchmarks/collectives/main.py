@@ -17,6 +17,8 @@ OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
 REDUCING = ("all_reduce", "reduce_scatter")
 # name -> (torch dtype attribute, significand bits incl. the implicit one)
 DTYPES = {"fp32": ("float32", 24), "bf16": ("bfloat16", 8)}
+NCCL_TYPES = {"fp32": "float", "bf16": "bfloat16"}     # nccl-tests' type names
+IN_PLACE = ("all_reduce", "broadcast")                  # the ops run in place (output buffer = input buffer)
 PERIOD = 61            # check pattern p(i) = 1 + i % 61 (a prime, so chunk borders never line up with it)
 CHUNK = 1 << 24        # elements per step when writing / verifying the check pattern (bounds temporaries)
 ROOT = 0               # broadcast root
@@ -134,14 +136,18 @@ class Expect:
         return (_p(start, end, device) * coef).to(self.dt).to(torch.float64)
 
 
-def max_rel_err(actual, expected_fn):
-    """max_i |actual_i - e_i| / |e_i| (e_i >= 1 by construction); NaN propagates, so NaN fails the check."""
+def max_rel_err(actual, expected_fn, tol=0.0):
+    """(max_i |actual_i - e_i| / |e_i| (e_i >= 1 by construction), how many i exceed ``tol``: nccl-tests' #wrong
+    of this rank); NaN propagates, so NaN fails the check (and counts as wrong)."""
     worst = torch.zeros((), dtype=torch.float64, device=actual.device)
+    wrong = 0
     for a in range(0, actual.numel(), CHUNK):
         b = min(a + CHUNK, actual.numel())
         e = expected_fn(a, b)
-        worst = torch.maximum(worst, ((actual[a:b].to(torch.float64) - e).abs() / e.abs()).max())
-    return worst.item()
+        rel = (actual[a:b].to(torch.float64) - e).abs() / e.abs()
+        worst = torch.maximum(worst, rel.max())
+        wrong += int((~(rel <= tol)).sum().item())
+    return worst.item(), wrong
 
 
 def reduce_tol(n, sig_bits):
@@ -232,20 +238,22 @@ def run_one(op, fn, nbytes, ctx, dt, sig_bits, gen, expect, budget, label):
     ctx.sync()
     harness.corrupt_for_test("collectives", out, rank == n - 1)
     dev = ctx.device
-    if op == "all_reduce":
-        err = max_rel_err(out, lambda a, b: expect.reduced(a, b, dev))
-    elif op == "reduce_scatter":
-        err = max_rel_err(out, lambda a, b: expect.reduced(rank * count + a, rank * count + b, dev))
-    elif op == "all_gather":
-        err = max_rel_err(out, lambda a, b: expect.gathered(a, b, count, dev))
-    else:
-        err = max_rel_err(out, lambda a, b: expect.plain(a, b, ROOT + 1, dev))
     tol = reduce_tol(n, sig_bits) if op in REDUCING else 0.0
+    if op == "all_reduce":
+        err, wrong = max_rel_err(out, lambda a, b: expect.reduced(a, b, dev), tol)
+    elif op == "reduce_scatter":
+        err, wrong = max_rel_err(out, lambda a, b: expect.reduced(rank * count + a, rank * count + b, dev), tol)
+    elif op == "all_gather":
+        err, wrong = max_rel_err(out, lambda a, b: expect.gathered(a, b, count, dev), tol)
+    else:
+        err, wrong = max_rel_err(out, lambda a, b: expect.plain(a, b, ROOT + 1, dev), tol)
+    wrong = int(ctx.all_reduce([float(wrong)], "sum")[0])     # every rank's, as nccl-tests sums them
 
     algbw = s_bytes / t_max / 1e9
     return {"bytes": s_bytes, "count": count, "time_s": t_max, "time_s_this_rank": t["median"],
             "algbw": algbw, "busbw": algbw * bus_factor(op, n), "err": err, "tol": tol, "ok": err <= tol,
-            "iters": t["iters"], "repeats": t["repeats"], "measured_s": t["measured_s"]}
+            "wrong": wrong, "warmup": t.get("warmup"), "iters": t["iters"], "repeats": t["repeats"],
+            "measured_s": t["measured_s"]}
 
 
 # --------------------------------------------------------------------------- main
@@ -288,7 +296,24 @@ def sweep_metrics(results, ran, labels):
             metrics[f"time_us_{op}_{labels[s]}"] = {"value": r["time_s"] * 1e6, "unit": "us"}
         if op != head_op:
             metrics[f"busbw_{op}"] = {"value": results[op][max(results[op])]["busbw"], "unit": "GB/s"}
+        metrics[f"avg_busbw_{op}"] = {"value": avg_busbw(results[op]), "unit": "GB/s"}
     return metrics, head_op
+
+
+def avg_busbw(op_results):
+    """nccl-tests' `# Avg bus bandwidth` over one op's sizes: the mean of their busbw (one placement per size)."""
+    return sum(r["busbw"] for r in op_results.values()) / len(op_results)
+
+
+def sweep_rows(results, ran, dt_name):
+    """details.sweep: one entry per op and size, ascending, in nccl-tests' terms (size: bytes S; count: elements
+    per rank as nccl-tests passes them; type, redop, root as it prints them; wrong: #wrong over every rank)."""
+    return [{"op": op, "size_bytes": r["bytes"], "count": r["count"], "dtype": NCCL_TYPES[dt_name],
+             "redop": "sum" if op in REDUCING else "none", "root": ROOT if op == "broadcast" else -1,
+             "placement": "in_place" if op in IN_PLACE else "out_of_place", "time_us": r["time_s"] * 1e6,
+             "algbw": r["algbw"], "busbw": r["busbw"], "wrong": r["wrong"], "warmup": r["warmup"],
+             "iters": r["iters"], "repeats": r["repeats"]}
+            for op in ran for _, r in sorted(results[op].items())]
 
 
 def main():
@@ -339,6 +364,7 @@ def main():
         "timing": "slowest rank's median of `repeats` samples of `iters` back-to-back calls (counts per op and "
                   "size in `counts`, sized by the time budget unless iters/repeats are set)",
         "check": f"rank r holds (r + 1) * (1 + i % {PERIOD}); every rank verifies its result after each op and size",
+        "sweep": sweep_rows(results, ran, dt_name),
     }
     for op in ran:
         details[f"max_rel_err_{op}"] = max(r["err"] for r in results[op].values())

@@ -20,7 +20,8 @@ for ``import torch``:
 
 Test hook: the environment variable FLAGPERF_TEST_INJECT="<benchmark>:<kind>" is set by the tests only (never
 by a case config). It makes a benchmark's result wrong (``result``) or its convergence target unreachable
-(``target``), so that the tests see its check fail; see test_fault.
+(``target``), so that the tests see its check fail, or makes local rank 1 of every node slow in its timed
+window (``slow``), so that the tests see the node's spread flagged; see test_fault.
 """
 import argparse
 import datetime
@@ -242,14 +243,19 @@ def format_size(n):
 # --------------------------------------------------------------------------- test hook: injected faults
 
 TEST_INJECT_ENV = "FLAGPERF_TEST_INJECT"
-TEST_FAULTS = ("result", "target")
+TEST_FAULTS = ("result", "target", "slow")
+SLOW_FOR_TEST_RANK = 1      # the ``slow`` fault: this local rank of every node ...
+SLOW_FOR_TEST_FACTOR = 3.0  # ... takes this many times as long per sample of its aligned window
+RUNNING = {"benchmark": None}   # the benchmark this process runs (PerfLog sets it), for the ``slow`` fault
 
 
 def test_fault(benchmark):
     """The fault that the test hook FLAGPERF_TEST_INJECT="<benchmark>:<kind>" asks of ``benchmark``, or None.
     Only the tests set it (no case config can): they prove that a benchmark's own check fails (CHECK_FAILED,
-    exit 3) when its result is wrong. Kinds: ``result`` (corrupt_for_test: one element of a result is wrong)
-    and ``target`` (target_for_test: a convergence target no run reaches)."""
+    exit 3) when its result is wrong. Kinds: ``result`` (corrupt_for_test: one element of a result is wrong),
+    ``target`` (target_for_test: a convergence target no run reaches) and ``slow`` (slow_for_test: local rank
+    SLOW_FOR_TEST_RANK of every node is SLOW_FOR_TEST_FACTOR times slower in its aligned windows, so that the
+    node's spread is flagged and its windows are no longer simultaneous)."""
     value = os.environ.get(TEST_INJECT_ENV, "").strip()
     if not value:
         return None
@@ -269,6 +275,17 @@ def corrupt_for_test(benchmark, t, here=True):
             first.copy_(-(first.abs() + 1) * 1024)
         else:
             first.bitwise_not_()
+
+
+def slow_for_test(ctx):
+    """The ``slow`` fault of the test hook (test_fault) for the running benchmark (RUNNING): the factor by which
+    this rank's aligned window is slowed (SLOW_FOR_TEST_FACTOR on local rank SLOW_FOR_TEST_RANK, else 1.0).
+    After every sample the rank sleeps (factor - 1) x the sample's seconds and counts factor x them, so that
+    its figure drops and its window grows without taking the CPU from the other ranks."""
+    name = RUNNING["benchmark"]
+    if name and ctx.local_rank == SLOW_FOR_TEST_RANK and test_fault(name) == "slow":
+        return SLOW_FOR_TEST_FACTOR
+    return 1.0
 
 
 def target_for_test(benchmark, target, unreachable):
@@ -296,6 +313,8 @@ class PerfLog:
         self.rank = int(os.environ.get("RANK", "0")) if rank is None else int(rank)
         self.benchmark = benchmark
         self.init_start = None
+        if benchmark:
+            RUNNING["benchmark"] = benchmark
 
     def _emit(self, record):
         line = perflog_line(record)
@@ -426,7 +445,7 @@ class DistContext:
         self.sync()
         if self.initialized:
             import torch.distributed as dist
-            if self.backend == "nccl":
+            if device_backend(self.backend, self.device.type) == "nccl":
                 dist.barrier(device_ids=[self.device.index])
             else:
                 dist.barrier()
@@ -445,7 +464,7 @@ class DistContext:
     def _comm_device(self):
         """Where collective tensors live: gloo takes CPU tensors, a device's own backend its device's."""
         import torch
-        return torch.device("cpu") if self.backend == "gloo" else self.device
+        return torch.device("cpu") if device_backend(self.backend, self.device.type) == "gloo" else self.device
 
     def destroy(self):
         if self.initialized:
@@ -472,37 +491,78 @@ def skip_below_ranks(log, minimum, reason):
     return world_size
 
 
+def backend_pairs(spec):
+    """[(device type or None, backend)] of a backend spec: 'nccl' -> [(None, 'nccl')], torch's composite form
+    'cpu:gloo,cuda:flagcx' -> [('cpu', 'gloo'), ('cuda', 'flagcx')]. ValueError says what is wrong."""
+    if ":" not in spec:
+        if not _BACKEND_NAME.fullmatch(spec):
+            raise ValueError(f"FLAGPERF_DIST_BACKEND: expected a backend name or device:backend pairs, got {spec!r}")
+        return [(None, spec)]
+    pairs = []
+    for part in spec.split(","):
+        device, _, name = part.strip().partition(":")
+        if device not in DEVICE_TYPES or not _BACKEND_NAME.fullmatch(name) or device in dict(pairs):
+            raise ValueError(f"FLAGPERF_DIST_BACKEND: expected device:backend pairs such as cpu:gloo,cuda:nccl "
+                             f"(each device once), got {spec!r}")
+        pairs.append((device, name))
+    return pairs
+
+
+def device_backend(spec, device):
+    """The backend of a spec that carries ``device``'s tensors ('gloo' when a composite spec names none)."""
+    pairs = backend_pairs(spec)
+    if pairs[0][0] is None:
+        return pairs[0][1]
+    return dict(pairs).get(device, "gloo")
+
+
+_BACKEND_NAME = re.compile(r"[a-z][a-z0-9_]{0,31}")
+
+
 def pick_device_backend(env=None):
     """(device type, backend) from FLAGPERF_DEVICE (default cpu) and FLAGPERF_DIST_BACKEND (default: the
     device's own backend: cpu gloo, cuda nccl, npu hccl, mlu cncl, xpu xccl, musa mccl) in ``env``
-    (os.environ by default). A backend goes with its own device or is gloo. ValueError says what is wrong."""
+    (os.environ by default). A backend goes with its own device or is gloo; a composite spec
+    (``cpu:gloo,cuda:flagcx``) is checked pair by pair and must name the device; a backend none of torch's (one a
+    plug-in module registers, FLAGPERF_TORCH_PLUGIN) is taken as it is. ValueError says what is wrong."""
     env = os.environ if env is None else env
     device = env.get("FLAGPERF_DEVICE", "cpu").strip().lower()
     if device not in DEVICE_TYPES:
         raise ValueError(f"FLAGPERF_DEVICE must be one of {', '.join(DEVICE_TYPES)}, got {device!r}")
-    backend = env.get("FLAGPERF_DIST_BACKEND", DEVICE_BACKEND[device]).strip().lower()
+    spec = env.get("FLAGPERF_DIST_BACKEND", DEVICE_BACKEND[device]).strip().lower()
+    pairs = backend_pairs(spec)
+    if pairs[0][0] is not None and device not in dict(pairs):
+        raise ValueError(f"FLAGPERF_DIST_BACKEND={spec} names no backend for FLAGPERF_DEVICE={device}")
+    for dev, backend in pairs:
+        _check_builtin(backend, dev or device)
+    return device, spec
+
+
+def _check_builtin(backend, device):
+    """A built-in backend goes with its own device or is gloo; ValueError otherwise."""
     if backend not in DIST_BACKENDS:
-        raise ValueError(f"FLAGPERF_DIST_BACKEND must be one of {', '.join(DIST_BACKENDS)}, got {backend!r}")
+        return
     if backend not in ("gloo", DEVICE_BACKEND[device]):
         owner = next(d for d, b in DEVICE_BACKEND.items() if b == backend)
         use = "gloo" if device == "cpu" else f"{DEVICE_BACKEND[device]} or gloo"
         raise ValueError(f"the {backend} backend needs FLAGPERF_DEVICE={owner}, got {device} (use {use})")
-    return device, backend
 
 
 def import_torch_plugin(env=None):
-    """Import the vendor's torch plug-in named by FLAGPERF_TORCH_PLUGIN (torch_npu, torch_mlu, ...; unset or
-    empty: none) after torch, so that torch.<device> and its backend exist. -> the module name or None;
-    a config error naming the module when it cannot be imported."""
+    """Import the vendor's torch plug-ins named by FLAGPERF_TORCH_PLUGIN (torch_npu, torch_mlu, ...; several
+    comma-separated: the vendor's torch_plugin, then its dist_backend_module, which registers its backend, e.g.
+    flagcx; unset or empty: none) after torch, so that torch.<device> and its backend exist. -> the names as
+    given or None; a config error naming the module when one cannot be imported."""
     env = os.environ if env is None else env
-    name = env.get("FLAGPERF_TORCH_PLUGIN", "").strip()
-    if not name:
+    value = env.get("FLAGPERF_TORCH_PLUGIN", "").strip()
+    if not value:
         return None
-    try:
-        importlib.import_module(name)
-    except Exception as e:  # ImportError, or whatever the plug-in raises while loading its runtime
-        config_error(f"FLAGPERF_TORCH_PLUGIN={name}: cannot import {name}: {type(e).__name__}: {e}")
-    return name
+    for name in (n.strip() for n in value.split(",") if n.strip()):
+        try:
+            importlib.import_module(name)
+        except Exception as e:  # ImportError, or whatever the plug-in raises while loading its runtime
+            config_error(f"FLAGPERF_TORCH_PLUGIN={value}: cannot import {name}: {type(e).__name__}: {e}")
+    return value
 
 
 def setup_distributed(cfg=None):
@@ -549,7 +609,8 @@ def setup_distributed(cfg=None):
                 config_error(f"{var} must be set when WORLD_SIZE > 1")
         kwargs = dict(backend=backend, init_method="env://", rank=rank, world_size=world_size,
                       timeout=datetime.timedelta(seconds=float(cfg.get("dist_timeout_s", 300))))
-        if backend == "nccl" and "device_id" in inspect.signature(dist.init_process_group).parameters:
+        if device_backend(backend, device_type) == "nccl" and \
+                "device_id" in inspect.signature(dist.init_process_group).parameters:
             kwargs["device_id"] = device  # bind the communicator to this rank's GPU
         dist.init_process_group(**kwargs)
         initialized = True
@@ -692,6 +753,35 @@ def measure(batch, ctx, iters, repeats, *, before_repeat=None, budget_s=None):
     return samples, measured, None
 
 
+def measure_aligned(batch, ctx, iters, repeats, *, budget_s=None):
+    """``repeats`` samples of ``batch(iters)`` in one barrier-aligned window: a barrier (every rank starts
+    together), a device sync, the wall-clock start (time.time()), the samples back to back (no barrier, no
+    collective: a rank that finishes first is not held back, so a window measured alone shows as shorter), a
+    device sync and the wall-clock end. With ``budget_s`` the samples stop early (a warning) once this rank's
+    window has taken OVERRUN x the budget (decided by each rank alone: no collective inside the window).
+    Returns (seconds per call of every sample, measured seconds, warning or None, {"start", "end"})."""
+    slow = slow_for_test(ctx)
+    ctx.barrier()
+    ctx.sync()
+    start = time.time()
+    t0 = time.perf_counter()
+    samples, measured, stop = [], 0.0, None
+    for i in range(repeats):
+        s = batch(iters)
+        if slow > 1.0:                      # the test hook's slow device (slow_for_test)
+            time.sleep(s * (slow - 1.0))
+            s *= slow
+        samples.append(s / iters)
+        measured += s
+        if budget_s is not None and i < repeats - 1 and time.perf_counter() - t0 > OVERRUN * budget_s:
+            stop = (f"stopped after {i + 1} of {repeats} samples on rank {ctx.rank}: its window took more than "
+                    f"{OVERRUN:g} x its budget of {budget_s:.3g} s (the device or host slowed down after "
+                    "calibration)")
+            break
+    ctx.sync()
+    return samples, measured, stop, {"start": start, "end": time.time()}
+
+
 def budget_warning(label, message):
     """Print a budget warning line on stderr (the rank's log) and return it, prefixed with ``label``."""
     text = f"{label}: {message}" if label else message
@@ -700,7 +790,7 @@ def budget_warning(label, message):
 
 
 def time_fn(fn, ctx, *, warmup=3, iters=None, repeats=None, before_repeat=None, budget_s=None, max_iters=None,
-            label=None, batch=None):
+            label=None, batch=None, aligned=False):
     """Time ``fn()`` on ctx.device. CUDA: torch.cuda.Event pairs; other devices and the CPU: time.perf_counter
     between device synchronisations. ``before_repeat`` (e.g. ctx.barrier) is called before every sample,
     outside the timed region. ``batch(k)``, when given, returns the seconds of ``k`` back-to-back calls timed
@@ -718,10 +808,18 @@ def time_fn(fn, ctx, *, warmup=3, iters=None, repeats=None, before_repeat=None, 
     group exists. A warm-up or calibration call longer than the budget: 1 sample of 1 call, and a warning
     (stderr and ``budget_warning``) instead of many times the budget.
 
+    ``aligned`` (the kernel benchmarks' per-device figures): the samples are one barrier-aligned window
+    (measure_aligned): every rank passes a barrier, then runs its samples back to back with no barrier or
+    collective between them, and records the window's wall-clock start and end (time.time() after a device
+    sync); node_figures then tells whether the ranks' windows were simultaneous. ``fn`` must not hold a
+    collective there (the samples may stop early on one rank alone). Otherwise ``before_repeat`` runs before
+    every sample, as in warm-up and calibration.
+
     Returns seconds per call: {"median", "min", "max", "samples"} and what was done: "mode" ("fixed",
     "budget" or "minimum"), "warmup" (warm-up calls made), "iters", "repeats" (samples taken),
     "calibration_calls", "per_call_s" (calibration estimate, None with fixed counts), "budget_s",
-    "measured_s" (the sum of the timed samples: the measured window) and "budget_warning" (None or a string)."""
+    "measured_s" (the sum of the timed samples: the measured window), "budget_warning" (None or a string) and
+    "window" ({"start", "end"}: the aligned window's wall-clock seconds; None when not ``aligned``)."""
     if batch is None:
         def batch(k):
             return timed_batch(fn, ctx, k)
@@ -760,8 +858,13 @@ def time_fn(fn, ctx, *, warmup=3, iters=None, repeats=None, before_repeat=None, 
         if per_call > budget_s:
             mode = "minimum"
     window = device_window(ctx).start()      # clocks, power, throttling and energy of the timed samples
-    samples, measured, stop = measure(batch, ctx, it, reps, before_repeat=before_repeat,
-                                      budget_s=budget_s if mode == "budget" else None)
+    span = None
+    if aligned:
+        samples, measured, stop, span = measure_aligned(batch, ctx, it, reps,
+                                                        budget_s=budget_s if mode == "budget" else None)
+    else:
+        samples, measured, stop = measure(batch, ctx, it, reps, before_repeat=before_repeat,
+                                          budget_s=budget_s if mode == "budget" else None)
     window.stop()
     warning = "; ".join(w for w in (warning, stop) if w) or None
     if warning:
@@ -769,7 +872,7 @@ def time_fn(fn, ctx, *, warmup=3, iters=None, repeats=None, before_repeat=None, 
     return {"median": statistics.median(samples), "min": min(samples), "max": max(samples), "samples": samples,
             "mode": mode, "warmup": done, "iters": it, "repeats": len(samples), "calibration_calls": cal_calls,
             "per_call_s": per_call, "budget_s": budget_s, "measured_s": measured, "budget_warning": warning,
-            "device_window": window.summary()}
+            "device_window": window.summary(), "window": span}
 
 
 def device_window(ctx):
@@ -797,13 +900,15 @@ class BudgetReport:
         self.counts, self.warnings = {}, []
         self.window_omitted = None
 
-    def time(self, name, fn, ctx, *, label, before_repeat=None, iters=None, max_iters=None, batch=None):
+    def time(self, name, fn, ctx, *, label, before_repeat=None, iters=None, max_iters=None, batch=None,
+             aligned=False):
         """time_fn of ``fn`` with the case's counts (``iters``: this window's own override) within one share
-        of the budget, recorded as window ``name``; returns time_fn's result."""
+        of the budget, recorded as window ``name``; ``aligned``: time_fn's barrier-aligned window. Returns
+        time_fn's result."""
         t = self.timing
         return self.add(name, time_fn(fn, ctx, warmup=t.warmup, iters=t.iters if iters is None else iters,
                                       repeats=t.repeats, before_repeat=before_repeat, budget_s=self.share_s,
-                                      max_iters=max_iters, label=label, batch=batch))
+                                      max_iters=max_iters, label=label, batch=batch, aligned=aligned))
 
     def repeat(self, name, fn, ctx, like, like_name):
         """``fn`` timed with the counts that window ``like_name`` chose (``like``: its time_fn result), e.g. a
@@ -933,22 +1038,116 @@ def per_rank_list(ctx, value):
     return ctx.all_reduce(values, "sum")
 
 
-def rank_aggregates(ctx, figures, totals=None):
-    """Cross-rank aggregates of this rank's figures, as FINISHED metrics; ``figures``: [(name, value, unit)].
-    Every rank must call it: the values are all-reduced twice (SUM, then MIN), also when world_size is 1.
-    Returns, figure by figure and only when world_size > 1, ``<name>_total`` (the sum over the ranks; only for
-    the names in ``totals``, for all when it is None) and ``<name>_min_rank`` (the lowest value: for a
-    throughput, the slowest rank's)."""
-    values = [value for _, value, _ in figures]
-    sums = ctx.all_reduce(values, "sum")
-    mins = ctx.all_reduce(values, "min")
+def rank_aggregates(ctx, figures):
+    """The slowest rank's figure, as FINISHED metrics; ``figures``: [(name, value, unit)]. Every rank must call
+    it: the values are all-reduced (MIN), also when world_size is 1. Returns, figure by figure and only when
+    world_size > 1, ``<name>_min_rank`` (the lowest value: for a throughput, the slowest rank's). Sums are
+    node_figures' (only over simultaneous windows)."""
+    mins = ctx.all_reduce([value for _, value, _ in figures], "min")
     metrics = {}
     if ctx.world_size > 1:
-        for (name, _, unit), total, low in zip(figures, sums, mins):
-            if totals is None or name in totals:
-                metrics[f"{name}_total"] = {"value": total, "unit": unit}
+        for (name, _, unit), low in zip(figures, mins):
             metrics[f"{name}_min_rank"] = {"value": low, "unit": unit}
     return metrics
+
+
+# Two windows are simultaneous when the span every rank of a node was measuring at once (the latest start to the
+# earliest end) is at least this share of the node's longest window: then every device's figure was measured while
+# (nearly) all the others ran, and their sum is what the node does at once. Below it the figures were measured
+# at different moments (a rank ran alone while others waited or had finished) and are never summed.
+SIMULTANEOUS_OVERLAP = 0.9
+
+
+def node_index(ctx=None):
+    """This rank's node: GROUP_RANK (torchrun), else NODE_RANK (flagperf's launcher), else RANK // LOCAL_WORLD_SIZE,
+    else 0."""
+    for name in ("GROUP_RANK", "NODE_RANK"):
+        if os.environ.get(name, "").strip():
+            return env_int(name, 0)
+    per_node = env_int("LOCAL_WORLD_SIZE", 0)
+    rank = ctx.rank if ctx is not None else env_int("RANK", 0)
+    return rank // per_node if per_node > 0 else 0
+
+
+def window_overlap(windows):
+    """The share of the longest of ``windows`` ([(start, end)] in seconds) during which all of them ran: (earliest
+    end - latest start) / longest, at least 0; 1.0 for one window; None without windows or when the longest is
+    not longer than 0 s."""
+    windows = [(float(a), float(b)) for a, b in windows]
+    if not windows:
+        return None
+    longest = max(b - a for a, b in windows)
+    if not longest > 0:
+        return None
+    return max(0.0, min(b for _, b in windows) - max(a for a, _ in windows)) / longest
+
+
+def summarize_node_figures(metric, unit, rows):
+    """The per-node figures of ``rows`` ([(value, start, end, node, local rank)], one per rank, start/end None when
+    the rank had no aligned window): {node index as str: {"metric", "unit", "aggregate" (the sum over the node's
+    devices, only when their windows were simultaneous, else None), "reason" (why not summed; None when summed),
+    "median", "min", "max" (over the devices), "spread_pct" ((max - min) / median x 100), "simultaneous",
+    "overlap" (window_overlap of the node's windows), "window_s" (the longest), "per_device" [[local rank,
+    value], ...]}}."""
+    nodes = {}
+    for value, start, end, node, local in rows:
+        nodes.setdefault(int(node), []).append((int(local), float(value), start, end))
+    out = {}
+    for node in sorted(nodes):
+        devs = sorted(nodes[node])
+        values = [v for _, v, _, _ in devs]
+        windows = [(a, b) for _, _, a, b in devs if a is not None and b is not None]
+        overlap = window_overlap(windows) if len(windows) == len(devs) else None
+        median = statistics.median(values)
+        simultaneous = overlap is not None and overlap >= SIMULTANEOUS_OVERLAP
+        if simultaneous:
+            reason = None
+        elif overlap is None:
+            reason = "not every device measured in an aligned window: not summed"
+        else:
+            reason = (f"the windows overlap {100 * overlap:.0f}% of the longest, below "
+                      f"{100 * SIMULTANEOUS_OVERLAP:.0f}%: measured at different moments, not summed")
+        all_finite = all(math.isfinite(v) for v in values)
+        out[str(node)] = {
+            "metric": metric, "unit": unit, "aggregate": sum(values) if simultaneous and all_finite else None,
+            "reason": reason, "median": median, "min": min(values), "max": max(values),
+            "spread_pct": 100.0 * (max(values) - min(values)) / median if median > 0 else None,
+            "simultaneous": simultaneous, "overlap": overlap,
+            "window_s": max((b - a for a, b in windows), default=None),
+            "per_device": [[local, v] for local, v, _, _ in devs]}
+    return out
+
+
+def node_figures(ctx, metric, value, unit, window):
+    """Every device's ``value`` of ``metric`` grouped by node (summarize_node_figures), from this rank's figure
+    and its aligned ``window`` ({"start", "end"}, time_fn's "window"; None when it had none). Every rank must
+    call it: (value, start, end, node index, local rank) of every rank are all-gathered (an all-reduce, SUM, of
+    one row per rank in float64: wall-clock seconds stay exact to the microsecond)."""
+    width = 6
+    rows = [0.0] * (width * ctx.world_size)
+    has = window is not None and window.get("start") is not None and window.get("end") is not None
+    rows[width * ctx.rank:width * (ctx.rank + 1)] = [
+        float(value), float(window["start"]) if has else 0.0, float(window["end"]) if has else 0.0, float(has),
+        float(node_index(ctx)), float(ctx.local_rank)]
+    got = ctx.all_reduce(rows, "sum")
+    per_rank = [got[i * width:(i + 1) * width] for i in range(ctx.world_size)]
+    return summarize_node_figures(metric, unit, [(v, a if h else None, b if h else None, n, lr)
+                                                 for v, a, b, h, n, lr in per_rank])
+
+
+def node_metrics(ctx, figures):
+    """node_figures of every figure ([(name, value, unit, window)]) and their FINISHED metrics: ``<name>_node``,
+    the aggregate of this rank's node (for rank 0, the FINISHED line's, node 0) where it has more than one device
+    and their windows were simultaneous (never a sum of figures measured at different moments). Every rank
+    must call it, with the same names in the same order. Returns (metrics, {name: node_figures})."""
+    metrics, by_name = {}, {}
+    mine = str(node_index(ctx))
+    for name, value, unit, window in figures:
+        by_name[name] = node_figures(ctx, name, value, unit, window)
+        node = by_name[name].get(mine) or {}
+        if len(node.get("per_device") or []) > 1 and node.get("aggregate") is not None:
+            metrics[f"{name}_node"] = {"value": node["aggregate"], "unit": unit}
+    return metrics, by_name
 
 
 # --------------------------------------------------------------------------- environment

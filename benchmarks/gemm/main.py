@@ -221,11 +221,11 @@ def measure_dtype(name, c, gen, ctx, budget, sustained):
     rows = min(c["check_rows"], m)
     a, b, scale, fn, result = make_case(name, m, n, k, gen, ctx, c["fp8_fast_accum"])
     t = budget.time(name, fn, ctx, iters=c["iters_of"][name], label=f"gemm {name}",
-                    before_repeat=ctx.barrier)  # ranks together
+                    before_repeat=ctx.barrier, aligned=True)  # ranks together, in one aligned window
     out = result()
     harness.corrupt_for_test("gemm", out)
     r = {"tflops": flop / t["median"] / 1e12, "tflops_min": flop / t["max"] / 1e12,
-         "tflops_max": flop / t["min"] / 1e12, "time_ms": t["median"] * 1e3, "tol": tol}
+         "tflops_max": flop / t["min"] / 1e12, "time_ms": t["median"] * 1e3, "tol": tol, "window": t["window"]}
     if name == "int8":
         r["mismatches"], r["max_abs_err"] = int8_check(out, a, b, rows)
         r["ok"] = r["mismatches"] == 0
@@ -284,7 +284,7 @@ def check_details(c, results, tf32_flags, budget, sustained):
     return details
 
 
-def dtype_metrics(cfg, results, totals, world_size, device_name):
+def dtype_metrics(cfg, results, node, device_name):
     """Every dtype's figures (the headline's own value is FINISHED's) and its share of the vendor's peak."""
     metrics, peaks = {}, {}
     for i, (d, r) in enumerate(results.items()):
@@ -294,8 +294,8 @@ def dtype_metrics(cfg, results, totals, world_size, device_name):
         metrics[f"{prefix}_{d}_min"] = {"value": r["tflops_min"], "unit": unit}
         metrics[f"{prefix}_{d}_max"] = {"value": r["tflops_max"], "unit": unit}
         metrics[f"time_ms_{d}"] = {"value": r["time_ms"], "unit": "ms"}
-        if world_size > 1:
-            metrics[f"{prefix}_{d}_total"] = {"value": totals[i], "unit": unit}
+        if f"{prefix}_{d}_node" in node:     # this node's sum, only over simultaneous windows
+            metrics[f"{prefix}_{d}_node"] = node[f"{prefix}_{d}_node"]
         if "direct_tflops" in r:
             metrics[f"direct_tflops_{d}"] = {"value": r["direct_tflops"], "unit": "TFLOP/s"}
         if "sustained_tflops" in r:
@@ -339,17 +339,20 @@ def main():
 
     names = c["dtypes"]
     failed_here = [d for d in names if not results[d]["ok"]]
-    # all ranks agree on the verdict (and so all exit the same way) and on the aggregate throughput
-    totals = ctx.all_reduce([results[d]["tflops"] for d in names], "sum")
+    # all ranks agree on the verdict (and so all exit the same way) and on the node figures: every device's
+    # throughput per node, summed only where the devices' windows were simultaneous
+    node, figures = harness.node_metrics(ctx, [(f"{unit_of(d)[0]}_{d}", results[d]["tflops"], unit_of(d)[1],
+                                                results[d]["window"]) for d in names])
     per_rank = harness.per_rank_list(ctx, results[names[0]]["tflops"])    # the headline of every rank
     details = check_details(c, results, tf32_flags, budget, sustained)
     harness.fail_on_any_rank(LOG, ctx, failed_here, details, failed_dtypes=failed_here)
 
     env = harness.env_info(ctx, matmul_allow_tf32=tf32_flags)
-    metrics, details["peaks"] = dtype_metrics(cfg, results, totals, ctx.world_size, env["device_name"])
+    metrics, details["peaks"] = dtype_metrics(cfg, results, node, env["device_name"])
     ctx.destroy()
     prefix, unit = unit_of(names[0])
     details["per_rank"] = {"metric": f"{prefix}_{names[0]}", "values": per_rank}
+    details["node_figures"] = figures[f"{prefix}_{names[0]}"]
     LOG.finished(metric=f"{prefix}_{names[0]}", value=results[names[0]]["tflops"], unit=unit,
                  higher_is_better=True, metrics=metrics, checks={"passed": True, "details": details}, env=env)
 

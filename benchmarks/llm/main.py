@@ -8,7 +8,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from common import harness  # noqa: E402
+from common import harness, stragglers  # noqa: E402
 
 LOG = harness.PerfLog(benchmark="llm")
 LOG.event("INIT_START")  # before `import torch`, so that e2e_time includes it
@@ -18,14 +18,19 @@ import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 
 import data as llm_data  # noqa: E402
-from model import PRESETS, Llama, count_params, flops_per_token, lm_loss, rope_tables, shape_from  # noqa: E402
+import fp8 as llm_fp8  # noqa: E402
+from model import (PRESET_SEQ_LEN, PRESETS, Block, Llama, count_params, flop_conventions, lm_loss,  # noqa: E402
+                   rope_tables, shape_from)
 
 SHAPE_KEYS = ("vocab_size", "dim", "n_layers", "n_heads", "n_kv_heads", "ffn_dim", "rope_theta")
 CHOICES = {"activation_checkpointing": ("none", "selective", "full"), "parallel": ("auto", "fsdp", "ddp", "none"),
            "compile": ("auto", "true", "false"), "baseline": ("auto", "true", "false"),
-           "attention_backend": ("auto", "cudnn", "flash", "efficient", "math"), "optimizer": ("fused", "foreach")}
-DEFAULTS = dict(preset="tiny", seq_len=64, micro_batch=16, grad_accum=1, activation_checkpointing="none",
+           "attention_backend": ("auto", "cudnn", "flash", "efficient", "math"), "optimizer": ("fused", "foreach"),
+           "precision": ("auto", "fp8"), "fp8_recipe": llm_fp8.RECIPES}
+DEFAULTS = dict(preset="tiny", seq_len=0, micro_batch=16, grad_accum=1, activation_checkpointing="none",
                 compile="auto", parallel="auto", attention_backend="auto", optimizer="fused",
+                precision="auto", fp8_recipe="tensorwise", straggler_probe_steps=10,
+                straggler_margin_pct=stragglers.MARGIN_PCT,
                 lr=1e-2, weight_decay=0.0, lr_warmup_steps=10, warmup_steps=3, time_budget_s=12.0, min_steps=0,
                 max_steps=100000,
                 log_every=10, lang_vocab=16, order=2, p_follow=0.9, target_margin=0.8, target_loss=-1.0,
@@ -39,6 +44,8 @@ def read_config(cfg):
             if v not in CHOICES[key]:
                 harness.config_error(f"llm: {key} must be one of {', '.join(CHOICES[key])}, got {v!r}")
             return v
+        if key == "seq_len" and v is None:
+            return 0                    # null: the preset's (PRESET_SEQ_LEN)
         if key == "preset":
             if v not in PRESETS:
                 harness.config_error(f"llm: preset must be one of {', '.join(PRESETS)}, got {v!r}")
@@ -57,6 +64,11 @@ def read_config(cfg):
     c = keys.typed(DEFAULTS, value)
     if c["min_steps"] < 0:
         harness.config_error(f"llm: min_steps must be >= 0, got {c['min_steps']}")
+    if cfg.get("seq_len") is None:
+        c["seq_len"] = PRESET_SEQ_LEN[c["preset"]]
+    if c["straggler_probe_steps"] < 0 or c["straggler_margin_pct"] <= 0:
+        harness.config_error(f"llm: straggler_probe_steps must be >= 0 and straggler_margin_pct > 0, got "
+                             f"{c['straggler_probe_steps']} and {c['straggler_margin_pct']}")
     keys.require_positive(c, ("seq_len", "micro_batch", "grad_accum", "max_steps", "log_every",
                                         "lang_vocab", "data_tokens", "eval_batches"))
     if c["time_budget_s"] <= 0:
@@ -92,8 +104,9 @@ def sdpa_context(choice):
                         "efficient": SDPBackend.EFFICIENT_ATTENTION, "math": SDPBackend.MATH}[choice])
 
 
-def build(c, shape, ctx, parallel, use_compile, dtype):
-    """The model on the device, wrapped for the chosen parallelism; returns (module to call, model)."""
+def build(c, shape, ctx, parallel, use_compile, dtype, fp8=False):
+    """The model on the device (its block projections in fp8 when ``fp8``), wrapped for the chosen parallelism;
+    returns (module to call, model, fp8 linear count)."""
     from torch.utils.checkpoint import checkpoint
 
     torch.manual_seed(c["seed"])
@@ -106,6 +119,7 @@ def build(c, shape, ctx, parallel, use_compile, dtype):
         cos, sin = rope_tables(shape.head_dim, c["seq_len"], shape.rope_theta, ctx.device)
         model.rope_cos.copy_(cos)
         model.rope_sin.copy_(sin)
+    fp8_linears = llm_fp8.convert(model, c["fp8_recipe"]) if fp8 else 0     # before compile and sharding
     if use_compile:
         model.loss_fn = torch.compile(lm_loss)     # LM head + float32 cross-entropy, fused by inductor
     ac = c["activation_checkpointing"]
@@ -121,11 +135,11 @@ def build(c, shape, ctx, parallel, use_compile, dtype):
         for block in model.layers:
             fully_shard(block, mp_policy=mp)
         fully_shard(model, mp_policy=mp)
-        return model, model
+        return model, model, fp8_linears
     if parallel == "ddp":
         from torch.nn.parallel import DistributedDataParallel as DDP
-        return DDP(model, device_ids=[ctx.device.index] if ctx.is_cuda else None), model
-    return model, model
+        return DDP(model, device_ids=[ctx.device.index] if ctx.is_cuda else None), model, fp8_linears
+    return model, model, fp8_linears
 
 
 def make_optimizer(params, c, ctx):
@@ -229,15 +243,6 @@ def run_loop(trainer, data, c, ctx, budget_s, max_steps, log_steps=True, min_ste
     return out
 
 
-def percentile(xs, q):
-    xs = sorted(xs)
-    if not xs:
-        return float("nan")
-    k = (len(xs) - 1) * q
-    lo, hi = math.floor(k), math.ceil(k)
-    return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
-
-
 def baseline_transformers(c, shape, ctx, data, autocast, use_compile, budget_s):
     """Hugging Face transformers' LlamaForCausalLM at the same shape, timed by the same loop."""
     try:
@@ -293,34 +298,69 @@ def choose_parallel(c, ctx):
     return parallel, use_compile
 
 
-def mfu_of(cfg, c, shape, counts, tokens_per_s, ctx, device_name):
-    """The MFU record (formula, N, FLOPs per token) and the mfu metrics: there where the vendor's table has a
-    bf16 peak for this device."""
+MFU_METRIC = {"headline": "mfu", "torchtitan": "mfu_titan", "flagperf_6n": "mfu_flagperf"}
+
+
+def mfu_of(cfg, c, shape, counts, tokens_per_s, ctx, device_name, precision):
+    """The MFU record and the mfu metrics. Every payload states the FLOPs per token, the model TFLOP/s per device
+    and the MFU of three named conventions (model.flop_conventions: headline, torchtitan, flagperf_6n); the MFU
+    is there where the vendor's table has a dense bf16 peak for this device, which is also the peak of an fp8
+    run (Megatron's convention: a model's TFLOP/s against the bf16 dense peak)."""
     world, gpu = ctx.world_size, ctx.is_accelerator
-    fpt = flops_per_token(counts["matmul"], shape, c["seq_len"])
-    fpt_titan = flops_per_token(counts["titan"], shape, c["seq_len"])
+    conv = flop_conventions(counts, shape, c["seq_len"])
+    head = conv["headline"]
     mfu = {"formula": "flops_per_token = 6*N + 12*n_layers*dim*seq_len; "
                       "mfu = flops_per_token * tokens_per_s / (world_size * peak)",
-           "N": counts["matmul"],
+           "N": head["N"],
            "N_means": "weights every token is multiplied by: block projections + LM head (counted even when tied "
                       "to the embedding); the embedding lookup is excluded",
-           "n_layers": shape.n_layers, "dim": shape.dim, "seq_len": c["seq_len"], "flops_per_token": fpt,
-           "model_tflops_per_device": fpt * tokens_per_s / world / 1e12,
-           "titan": {"formula": "6*(all parameters - embedding) + 12*n_layers*dim*seq_len",
-                     "N": counts["titan"], "flops_per_token": fpt_titan},
-           "dtype": "bf16" if gpu else "fp32"}
+           "n_layers": shape.n_layers, "dim": shape.dim, "n_heads": shape.n_heads, "head_dim": shape.head_dim,
+           "seq_len": c["seq_len"], "flops_per_token": head["flops_per_token"],
+           "model_tflops_per_device": head["flops_per_token"] * tokens_per_s / world / 1e12,
+           "titan": {"formula": conv["torchtitan"]["formula"], "N": conv["torchtitan"]["N"],
+                     "flops_per_token": conv["torchtitan"]["flops_per_token"]},
+           "conventions": conv, "dtype": precision}
     peak, entry = harness.peak_for(cfg, "bf16_tflops", device_name) if gpu else (None, None)
     metrics = {}
+    for name, record in conv.items():
+        record["model_tflops_per_device"] = record["flops_per_token"] * tokens_per_s / world / 1e12
+        record["mfu_pct"] = 100.0 * record["model_tflops_per_device"] / peak if peak else None
+        if peak:
+            metrics[MFU_METRIC[name]] = {"value": record["mfu_pct"], "unit": "%"}
     if peak:
-        metrics["mfu"] = {"value": 100.0 * fpt * tokens_per_s / (world * peak * 1e12), "unit": "%"}
-        metrics["mfu_titan"] = {"value": 100.0 * fpt_titan * tokens_per_s / (world * peak * 1e12), "unit": "%"}
         mfu.update(peak_key="bf16_tflops", peak_entry=entry, peak_tflops=peak,
-                   peak_note="dense bf16 from the vendor's datasheet table (never the sparse figure)")
+                   peak_note="dense bf16 from the vendor's datasheet table (never the sparse figure)"
+                             + ("; an fp8 run is divided by the same bf16 peak (Megatron's convention)"
+                                if precision == "fp8" else ""))
     elif gpu:
         mfu["omitted"] = f"no bf16_tflops entry in vendor_peaks matches {device_name!r}"
     else:
         mfu["omitted"] = "cpu run in fp32: the vendor peak tables hold accelerator peaks only, no peak to divide by"
     return mfu, metrics
+
+
+def straggler_probe(c, shape, ctx, dtype):
+    """Seconds of each of ``straggler_probe_steps`` forward + backward passes of one decoder block of the model's
+    shape on this rank's data size (micro_batch x seq_len tokens), in the run's dtype, eager: this rank's compute
+    alone, with no collective in it (stragglers.time_probe)."""
+    if c["straggler_probe_steps"] == 0:
+        return []
+    g = torch.Generator(device="cpu").manual_seed(c["seed"] + 4242)
+    block = Block(shape)
+    with torch.no_grad():
+        for prm in block.parameters():
+            prm.copy_(torch.randn(prm.shape, generator=g) * 0.02 if prm.dim() > 1 else torch.ones(prm.shape))
+    block = block.to(ctx.device, dtype=dtype)
+    cos, sin = rope_tables(shape.head_dim, c["seq_len"], shape.rope_theta, ctx.device)
+    x = torch.randn(c["micro_batch"], c["seq_len"], shape.dim, generator=g).to(ctx.device, dtype).requires_grad_()
+
+    def one_pass():
+        block(x, cos, sin).float().square().mean().backward()
+        block.zero_grad(set_to_none=True)
+        x.grad = None
+
+    with sdpa_context(c["attention_backend"]):
+        return stragglers.time_probe(one_pass, ctx, c["straggler_probe_steps"])
 
 
 def replicas_check(model, parallel, ctx):
@@ -359,7 +399,7 @@ def train_metrics(r, tokens_per_s_per_device, model_tflops, final_loss, eval_los
         "tokens_per_s_per_device": {"value": tokens_per_s_per_device, "unit": "tokens/s"},
         "model_tflops_per_device": {"value": model_tflops, "unit": "TFLOP/s"},
         "step_time_median_s": {"value": statistics.median(r["step_times"]), "unit": "s"},
-        "step_time_p90_s": {"value": percentile(r["step_times"], 0.9), "unit": "s"},
+        "step_time_p90_s": {"value": stragglers.percentile(r["step_times"], 0.9), "unit": "s"},
         "compile_s": {"value": r["compile_s"], "unit": "s"},
         "time_to_first_step_s": {"value": r["time_to_first_step_s"], "unit": "s"},
         "final_loss": {"value": final_loss, "unit": "nats/token"},
@@ -383,7 +423,8 @@ def main():
     # synthetic: the known floor plus a margin; a corpus (floor unknown): 90% of the first loss window
     target_loss = c["target_loss"] if c["target_loss"] >= 0 else data.floor + c["target_margin"]
     target_loss = harness.target_for_test("llm", target_loss, -1.0)
-    forward, model = build(c, shape, ctx, parallel, use_compile, dtype)
+    fp8, fp8_why_not = llm_fp8.plan_for(c, ctx)
+    forward, model, fp8_linears = build(c, shape, ctx, parallel, use_compile, dtype, fp8)
     counts = count_params(model)
     # autocast only where the parameters are float32 on an accelerator (FSDP2 already computes in bf16)
     autocast = (torch.autocast(ctx.device.type, dtype=dtype) if gpu and parallel != "fsdp"
@@ -423,24 +464,41 @@ def main():
                "final_loss": final_loss, "eval_loss": eval_loss, "data": data.describe(),
                "loss_floor": None if math.isnan(data.floor) else data.floor, "steps_measured": r["steps"],
                "warmup_steps": r["warmup_steps"],
-               "parallel": parallel, "compile": use_compile, "precision": "bf16" if gpu else "fp32",
+               "parallel": parallel, "compile": use_compile, "precision": c["precision"],
+               "precision_used": "fp8" if fp8 else ("bf16" if gpu else "fp32"),
                "activation_checkpointing": c["activation_checkpointing"], "optimizer": trainer.opt_name,
                "attention_backend": c["attention_backend"],
                "shape": {k: getattr(shape, k) for k in SHAPE_KEYS + ("norm_eps", "tie_embeddings")},
                "params": counts, "time_budget_s": c["time_budget_s"], "measured_s": r["measured_s"],
                "device_window": r["device_window"]}
+    if fp8:
+        details["fp8"] = {"recipe": c["fp8_recipe"], "float8_linears": fp8_linears,
+                          "api": "torchao.float8.convert_to_float8_training (Float8LinearConfig.from_recipe_name)",
+                          "scope": "the decoder blocks' projections (q, k, v, o, w1, w2, w3); the LM head, "
+                                   "attention and norms stay in bf16"}
+        if not use_compile:
+            details["fp8"]["note"] = "compile is off: torchao's float8 casts run unfused, slower than compiled"
+    elif fp8_why_not:
+        details["fp8_fallback_reason"] = fp8_why_not
+        print(f"warning: precision: fp8 falls back to {details['precision_used']}: {fp8_why_not}",
+              file=sys.stderr, flush=True)
     if "budget_warning" in r:
         details["budget_warning"] = r["budget_warning"]
-    env = harness.env_info(ctx, precision=details["precision"], global_batch_tokens=tokens_per_step,
+    env = harness.env_info(ctx, precision=details["precision_used"], global_batch_tokens=tokens_per_step,
                            seq_len=c["seq_len"])
-    details["mfu"], mfu_metrics = mfu_of(cfg, c, shape, counts, tokens_per_s, ctx, env["device_name"])
+    details["mfu"], mfu_metrics = mfu_of(cfg, c, shape, counts, tokens_per_s, ctx, env["device_name"],
+                                         details["precision_used"])
     metrics = train_metrics(r, tokens_per_s / world, details["mfu"]["model_tflops_per_device"], final_loss,
                             eval_loss, converged_at, counts, peak_mem)
     metrics.update(mfu_metrics)
     details["replicas_in_sync"], details["param_checksum"] = replicas_check(model, parallel, ctx)
-    trainer = forward = model = None     # free the memory before the baseline
+    trainer = forward = model = None     # free the memory before the probe and the baseline
     if ctx.is_cuda:
         torch.cuda.empty_cache()
+    details["stragglers"] = stragglers.gathered_view(ctx, r["step_times"], straggler_probe(c, shape, ctx, dtype),
+                                                     c["straggler_margin_pct"], "one decoder block")
+    if details["stragglers"]["flagged"]:
+        metrics["straggler_ranks"] = {"value": len(details["stragglers"]["flagged"]), "unit": "ranks"}
     details["baseline"] = baseline_of(c, shape, ctx, data, use_compile, dtype, tokens_per_s, metrics)
     ok = (converged_at is not None and details["replicas_in_sync"] and math.isfinite(eval_loss)
           and tokens_per_s > 0)

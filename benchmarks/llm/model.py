@@ -42,6 +42,11 @@ PRESETS = {
 }
 
 
+# The sequence length a preset trains at when the case gives none (seq_len: null): long context for the Llama
+# shapes, a short one for the CPU preset (the same code path, a size two cores train in seconds).
+PRESET_SEQ_LEN = {"tiny": 64, "1b": 8192, "3b": 8192, "8b": 8192}
+
+
 def shape_from(preset: str, overrides: dict) -> LlamaShape:
     """The preset's shape with the given fields replaced (keys are LlamaShape's field names)."""
     return replace(PRESETS[preset], **overrides)
@@ -189,3 +194,24 @@ def flops_per_token(n_matmul: int, s: LlamaShape, seq_len: int) -> int:
     (QK^T and AV: 2 matmuls x 2 FLOP x d x T per layer and token forward, x3 for training; the causal mask
     is not discounted, as in the PaLM paper's appendix B and the MFU figures quoted from other projects)."""
     return 6 * n_matmul + 12 * s.n_layers * s.dim * seq_len
+
+
+def flop_conventions(counts: dict, s: LlamaShape, seq_len: int) -> dict:
+    """Training FLOPs per token in the three named conventions every payload states, each with its formula and N:
+
+    ``headline``: 6 N_matmul + 12 L d T (flops_per_token above; N_matmul = block projections + LM head);
+    ``torchtitan``: torchtitan's get_num_flop_per_token, 6 N + 12 L H Q T with N = every parameter once minus
+    the embedding table, H heads of Q = head_dim (H Q = d), T = seq_len;
+    ``flagperf_6n``: FlagPerf's training cases, 6 N with N = every parameter once (embedding included), no
+    attention term (FlagPerf writes a nominal N such as 8e9; this counts the model's exact N)."""
+    attention = 12 * s.n_layers * s.n_heads * s.head_dim * seq_len
+    return {
+        "headline": {"formula": "6*N + 12*n_layers*dim*seq_len; N = block projections + LM head (tied or not), "
+                                "embedding lookup excluded",
+                     "N": counts["matmul"], "flops_per_token": flops_per_token(counts["matmul"], s, seq_len)},
+        "torchtitan": {"formula": "6*N + 12*n_layers*n_heads*head_dim*seq_len; N = all parameters - embedding "
+                                  "(a tied LM head leaves with the embedding)",
+                       "N": counts["titan"], "flops_per_token": 6 * counts["titan"] + attention},
+        "flagperf_6n": {"formula": "6*N; N = all parameters (each tensor once, embedding included), no attention term",
+                        "N": counts["total"], "flops_per_token": 6 * counts["total"]},
+    }

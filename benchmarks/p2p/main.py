@@ -17,6 +17,7 @@ torch = dist = None
 
 MODES = ("uni", "bi")
 DTYPES = {"fp32": "float32", "bf16": "bfloat16"}
+NCCL_TYPES = {"fp32": "float", "bf16": "bfloat16"}     # nccl-tests' type names
 PERIOD = 61            # check pattern p(i) = 1 + i % 61
 CHUNK = 1 << 24        # elements per step when writing / verifying the check pattern
 SKIP_REASON = "p2p needs at least 2 ranks"
@@ -261,12 +262,16 @@ def run_one(pairs, mode, nbytes, ctx, dt, gen, fault_rank, budget, label):
             bad = mismatches(rbuf, peer + 1, dt)
             checked = count
     moved = count * elt * (2 if mode == "bi" else 1)
+    bads = [0.0] * ctx.world_size
+    bads[rank] = float(bad)
+    bads = ctx.all_reduce(bads, "sum")              # every rank's mismatches: the pair's #wrong
     out = {}
     for p in pairs:
         t_pair = max(times[p[0]], times[p[1]])      # the slower of the two ranks
         here = tuple(p) == mine
-        out[tuple(p)] = {"bytes": count * elt, "time_s": t_pair, "bw": moved / t_pair / 1e9,
-                         "bad": bad if here else 0, "checked": checked if here else 0, "iters": t["iters"],
+        out[tuple(p)] = {"bytes": count * elt, "count": count, "time_s": t_pair, "bw": moved / t_pair / 1e9,
+                         "bad": bad if here else 0, "wrong": int(bads[p[0]] + bads[p[1]]),
+                         "checked": checked if here else 0, "warmup": t.get("warmup"), "iters": t["iters"],
                          "repeats": t["repeats"], "measured_s": t["measured_s"]}
     return out
 
@@ -364,8 +369,30 @@ def sweep_metrics(results, c, first, labels):
         metrics[f"bw_{mode}_{src}_{dst}"] = {"value": results[(src, dst, mode, s)]["bw"], "unit": "GB/s"}
     for mode in c["modes"][1:]:
         metrics[f"bw_{mode}"] = dict(metrics[f"bw_{mode}_{first[0]}_{first[1]}"])
+    if len(c["sizes"]) > 1:         # a size sweep: nccl-tests' average bus bandwidth (sweep_rows' busbw)
+        for (src, dst, mode) in largest:
+            bws = [nccl_bw(mode, r) for (a, b, m, _), r in results.items() if (a, b, m) == (src, dst, mode)]
+            metrics[f"avg_busbw_{mode}_{src}_{dst}"] = {"value": sum(bws) / len(bws), "unit": "GB/s"}
     head_size = largest[(first[0], first[1], c["modes"][0])]
     return metrics, results[(first[0], first[1], c["modes"][0], head_size)], head_size
+
+
+def nccl_bw(mode, r):
+    """nccl-tests' sendrecv algbw (= busbw): the bytes one rank sends / time; bi is its two-rank ring (each rank
+    sends to the other), so half of flagperf's bi figure, which counts both directions."""
+    return r["bytes"] / r["time_s"] / 1e9 if mode == "bi" else r["bw"]
+
+
+def sweep_rows(results, dt_name):
+    """details.sweep of the listed pairs: one entry per pair, mode and size, ascending, in nccl-tests' terms, as its
+    sendrecv prints them (op ``<mode>_<src>_<dst>``; algbw = busbw = nccl_bw; wrong: the pair's mismatched
+    elements)."""
+    return [{"op": f"{mode}_{src}_{dst}", "size_bytes": r["bytes"], "count": r["count"],
+             "dtype": NCCL_TYPES[dt_name], "redop": "none", "root": -1, "placement": "out_of_place",
+             "time_us": r["time_s"] * 1e6, "algbw": nccl_bw(mode, r), "busbw": nccl_bw(mode, r), "wrong": r["wrong"],
+             "warmup": r["warmup"], "iters": r["iters"], "repeats": r["repeats"]}
+            for (src, dst, mode, _), r in sorted(results.items(), key=lambda kv: (kv[0][0], kv[0][1],
+                                                                                   MODES.index(kv[0][2]), kv[0][3]))]
 
 
 def link_matrix(results, where, labels, forced):
@@ -521,6 +548,8 @@ def main():
     }
     if matrix_mode:
         details["max_seconds_per_pair"] = c["max_seconds_per_pair"]
+    else:
+        details["sweep"] = sweep_rows(results, dt_name)
     details.update(budget.details())
     harness.check_all_ranks(LOG, ctx, failures, details)
     if not results:

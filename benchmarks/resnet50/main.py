@@ -1,6 +1,7 @@
 """Train ResNet-50 with DDP for a fixed time budget on learnable synthetic ImageNet-shaped images (or an image
 folder): images/s, MFU, a held-out accuracy check and a torchvision baseline; see README.md and docs/benchmarks.md."""
 import contextlib
+import copy
 import math
 import os
 import resource
@@ -9,7 +10,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from common import harness  # noqa: E402
+from common import harness, stragglers  # noqa: E402
 
 NAME = "resnet50"
 LOG = harness.PerfLog(benchmark=NAME)
@@ -32,9 +33,13 @@ PRESETS = {
 DEFAULTS = dict(preset="small", data="auto", noise_std=0.5, lr=0.1, momentum=0.9, nesterov=True, weight_decay=5e-5,
                 lr_warmup_steps=20, warmup_steps=3, time_budget_s=20.0, max_steps=1000, log_every=10,
                 eval_every=20, early_stop=True, channels_last=True, compile="auto", compile_mode="default",
-                baseline="auto", seed=1234)
-CHOICES = {"preset": tuple(PRESETS), "data": ("auto", "synthetic", "folder"),
-           "compile_mode": ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")}
+                optimizer="fused", baseline="auto", straggler_probe_steps=10,
+                straggler_margin_pct=stragglers.MARGIN_PCT, seed=1234)
+CHOICES = {"preset": tuple(PRESETS), "data": ("auto", "synthetic", "folder", "dali"),
+           "compile_mode": ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"),
+           "optimizer": ("fused", "foreach")}
+# torch.compile's modes that capture CUDA graphs (inductor's cudagraph trees; on a CPU they change nothing)
+CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")
 TRI_STATE = ("compile", "baseline")  # "auto", true or false
 PEAK_KEY = "bf16_tflops"
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png")
@@ -99,6 +104,9 @@ def read_config(cfg):
     if c["warmup_steps"] < 1 or c["warmup_steps"] >= c["max_steps"]:
         harness.config_error(f"{NAME}: warmup_steps must be >= 1 and < max_steps={c['max_steps']}, "
                              f"got {c['warmup_steps']}")
+    if c["straggler_probe_steps"] < 0 or c["straggler_margin_pct"] <= 0:
+        harness.config_error(f"{NAME}: straggler_probe_steps must be >= 0 and straggler_margin_pct > 0, got "
+                             f"{c['straggler_probe_steps']} and {c['straggler_margin_pct']}")
     if c["eval_every"] < 0 or c["lr_warmup_steps"] < 0:
         harness.config_error(f"{NAME}: eval_every (0: only at the end) and lr_warmup_steps must be >= 0")
     return c
@@ -195,6 +203,51 @@ def folder_images(files, c, device, fmt):
     return images, labels
 
 
+def dali_or_error(c, ctx):
+    """``data: dali``, checked at case start: NVIDIA DALI must import and the device must be a CUDA GPU (it decodes
+    there); else a one-line config error (exit 2)."""
+    if c["data"] != "dali":
+        return
+    try:
+        from nvidia.dali import fn, pipeline_def, types  # noqa: F401
+    except Exception as e:  # not installed, or built for another CUDA
+        harness.config_error(f"{NAME}: data: dali needs NVIDIA DALI (module nvidia.dali, package nvidia-dali-cuda120 "
+                             f"or the one for this CUDA), which does not import here ({type(e).__name__}: {e}); "
+                             f"data: folder decodes with torchvision instead")
+    if not ctx.is_cuda:
+        harness.config_error(f"{NAME}: data: dali decodes on a CUDA GPU; this run is on {ctx.device.type}")
+
+
+def dali_images(files, c, ctx, fmt, batch=64):
+    """Decode with NVIDIA DALI on this rank's GPU (nvJPEG through fn.decoders.image, device "mixed"), resize the
+    shorter side to image_size (antialiased) and centre crop, as folder_images does; uint8 (n, 3, S, S) on the
+    device and labels."""
+    from nvidia.dali import fn, pipeline_def, types
+    from nvidia.dali.plugin.pytorch import DALIGenericIterator, LastBatchPolicy
+
+    s = c["image_size"]
+    paths, labels = [f for f, _ in files], [label for _, label in files]
+
+    @pipeline_def(batch_size=batch, num_threads=4, device_id=ctx.device.index, seed=c["seed"])
+    def decode():
+        raw, _ = fn.readers.file(files=paths, labels=labels, random_shuffle=False, name="reader")
+        img = fn.decoders.image(raw, device="mixed", output_type=types.RGB)
+        img = fn.resize(img, resize_shorter=s, antialias=True)
+        img = fn.crop(img, crop=(s, s), crop_pos_x=0.5, crop_pos_y=0.5)
+        return fn.transpose(img, perm=[2, 0, 1])
+
+    pipe = decode()
+    pipe.build()
+    images = torch.empty(len(files), 3, s, s, dtype=torch.uint8, device=ctx.device).contiguous(memory_format=fmt)
+    lo = 0
+    for out in DALIGenericIterator([pipe], ["images"], reader_name="reader",
+                                   last_batch_policy=LastBatchPolicy.PARTIAL):
+        chunk = out[0]["images"]
+        images[lo:lo + len(chunk)] = chunk.to(ctx.device)
+        lo += len(chunk)
+    return images, torch.tensor(labels, dtype=torch.long, device=ctx.device)
+
+
 def load_data(args, c, ctx, fmt, given_classes=None):
     """Training images of this rank, the held-out shard of this rank, and a description for the details."""
     rank, world, dev = ctx.rank, ctx.world_size, ctx.device
@@ -205,8 +258,8 @@ def load_data(args, c, ctx, fmt, given_classes=None):
             harness.config_error(f"{NAME}: data directory {data_dir!r} does not exist (give null in CASES for "
                                  f"synthetic data)")
         folder = find_image_folder(data_dir)
-    if c["data"] == "folder" and folder is None:
-        harness.config_error(f"{NAME}: data: folder, but {data_dir!r} holds no class subfolders of images "
+    if c["data"] in ("folder", "dali") and folder is None:
+        harness.config_error(f"{NAME}: data: {c['data']}, but {data_dir!r} holds no class subfolders of images "
                              f"({', '.join(IMAGE_EXTENSIONS)}), directly or under train/")
     per_rank = c["dataset_size"] // world
     if folder is None:
@@ -222,7 +275,8 @@ def load_data(args, c, ctx, fmt, given_classes=None):
                                         else "data: synthetic")
         return train_x, train_y, eval_x[rank::world], eval_y[rank::world], desc
     try:
-        import torchvision  # noqa: F401
+        if c["data"] != "dali":
+            import torchvision  # noqa: F401
     except ImportError as e:
         harness.config_error(f"{NAME}: {data_dir} is an image folder, and reading it needs torchvision "
                              f"(torchvision.io.decode_image), which does not import here ({e}); install torchvision "
@@ -244,11 +298,18 @@ def load_data(args, c, ctx, fmt, given_classes=None):
     if len(mine) < c["batch_size"] or not eval_files:
         harness.config_error(f"{NAME}: {train_root}: {len(files)} training images ({len(mine)} on rank {rank}) "
                              f"for batch_size={c['batch_size']}, {len(eval_files)} held-out images")
-    train_x, train_y = folder_images(mine, c, dev, fmt)
-    eval_x, eval_y = folder_images(eval_files[rank::world], c, dev, fmt)
+    if c["data"] == "dali":
+        train_x, train_y = dali_images(mine, c, ctx, fmt)
+        eval_x, eval_y = dali_images(eval_files[rank::world], c, ctx, fmt)
+        decoded_by = ("NVIDIA DALI on the GPU (fn.decoders.image, device mixed) once, into memory; resize shorter "
+                      "side + centre crop")
+    else:
+        train_x, train_y = folder_images(mine, c, dev, fmt)
+        eval_x, eval_y = folder_images(eval_files[rank::world], c, dev, fmt)
+        decoded_by = "torchvision.io.decode_image once, into memory; resize shorter side + centre crop"
     desc = {"kind": "folder", "train_root": train_root, "eval_root": val_root or "every 10th image of train_root",
             "classes": len(names), "train_images": len(files), "eval_images": len(eval_files),
-            "decoded_by": "torchvision.io.decode_image once, into memory; resize shorter side + centre crop"}
+            "decoded_by": decoded_by}
     return train_x, train_y, eval_x, eval_y, desc
 
 
@@ -262,13 +323,18 @@ class Trainer:
         dev = ctx.device
         ddp = DDP(model, device_ids=[dev.index] if ctx.is_cuda else None) if ctx.initialized else model
         self.net = torch.compile(ddp, mode=c["compile_mode"]) if compile_on else ddp
+        # CUDA graphs replay the step's kernels; each step starts a new graph generation
+        self.cuda_graphs = compile_on and ctx.is_cuda and c["compile_mode"] in CUDA_GRAPH_MODES
         lr = c["lr"] * c["batch_size"] * ctx.world_size / 256  # linear scaling rule (Goyal et al. 2017)
-        self.optimizer_impl = "fused"
-        try:
-            self.opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=c["momentum"], nesterov=c["nesterov"],
-                                       weight_decay=c["weight_decay"], fused=True)
-        except (RuntimeError, TypeError, ValueError):  # no fused SGD for this device / torch: the foreach one
-            self.optimizer_impl = "foreach"
+        self.optimizer_impl, self.optimizer_note = "foreach", None
+        if c["optimizer"] == "fused":
+            try:
+                self.opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=c["momentum"],
+                                           nesterov=c["nesterov"], weight_decay=c["weight_decay"], fused=True)
+                self.optimizer_impl = "fused"
+            except (RuntimeError, TypeError, ValueError) as e:  # no fused SGD for this device / torch
+                self.optimizer_note = f"fused SGD unavailable here ({type(e).__name__}: {e}); foreach instead"
+        if self.optimizer_impl != "fused":
             self.opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=c["momentum"], nesterov=c["nesterov"],
                                        weight_decay=c["weight_decay"], foreach=True)
         warm = max(1, c["lr_warmup_steps"])
@@ -277,6 +343,8 @@ class Trainer:
         self.autocast = torch.autocast("cuda", dtype=torch.bfloat16) if ctx.is_cuda else contextlib.nullcontext()
 
     def step(self, x, y):
+        if self.cuda_graphs:
+            torch.compiler.cudagraph_mark_step_begin()
         with self.autocast:
             loss = F.cross_entropy(self.net(x).float(), y)
         self.opt.zero_grad(set_to_none=True)
@@ -422,6 +490,24 @@ def run_baseline(c, ctx, fmt, compile_on, batches, n_params):
 
 # --------------------------------------------------------------------------- main
 
+def straggler_probe(c, ctx, model, trainer, batches):
+    """Seconds of each of ``straggler_probe_steps`` forward + backward passes of a copy of the trained model (not
+    DDP-wrapped: no gradient all-reduce) on one batch of this rank's, eager, under the run's autocast: this rank's
+    compute alone (stragglers.time_probe). The copy leaves the model and its BN statistics as they were."""
+    if c["straggler_probe_steps"] == 0:
+        return []
+    probe = copy.deepcopy(model).train()
+    x, y = next(batches)
+
+    def one_pass():
+        with trainer.autocast:
+            loss = F.cross_entropy(probe(x).float(), y)
+        loss.backward()
+        probe.zero_grad(set_to_none=True)
+
+    return stragglers.time_probe(one_pass, ctx, c["straggler_probe_steps"])
+
+
 def prepare_data(args, c, ctx, cfg, fmt):
     """This rank's training batches (``batches(seed)``: normalised, endless), the held-out evaluation of a
     trainer (``evaluate(trainer)``) and the data's description; a folder of real images without a
@@ -460,8 +546,10 @@ def run_details(c, ctx, res, trainer, data_desc, precision, compile_on, n_params
             "chance_accuracy": 1.0 / c["num_classes"], "precision": precision,
             "memory_format": "channels_last" if c["channels_last"] else "contiguous",
             "compile": {"enabled": compile_on, "setting": c["compile"], "mode": c["compile_mode"],
+                        "cuda_graphs": trainer.cuda_graphs,
                         "target": "the DDP-wrapped model" if ctx.initialized else "the model"},
-            "optimizer": {"name": "SGD", "impl": trainer.optimizer_impl, "momentum": c["momentum"],
+            "optimizer": {"name": "SGD", "impl": trainer.optimizer_impl, "requested": c["optimizer"],
+                          "note": trainer.optimizer_note, "momentum": c["momentum"],
                           "nesterov": c["nesterov"], "weight_decay": c["weight_decay"],
                           "peak_lr": trainer.peak_lr, "lr_rule": "lr x global_batch / 256, linear warm-up over "
                           "lr_warmup_steps, then constant"},
@@ -545,6 +633,7 @@ def main():
     rank, world, dev = ctx.rank, ctx.world_size, ctx.device
     fmt = torch.channels_last if c["channels_last"] else torch.contiguous_format
     compile_on = ctx.is_cuda if c["compile"] == "auto" else c["compile"]
+    dali_or_error(c, ctx)
     if ctx.is_cuda:
         torch.backends.cudnn.benchmark = True  # fixed shapes: cuDNN picks its fastest kernels (in warm-up)
     batches, evaluate, data_desc = prepare_data(args, c, ctx, cfg, fmt)
@@ -593,10 +682,15 @@ def main():
         details["failures"] = failures
         LOG.check_failed(details)
 
+    details["stragglers"] = stragglers.gathered_view(
+        ctx, res["step_times"], straggler_probe(c, ctx, model, trainer, batches(c["seed"] + 4000 + rank)),
+        c["straggler_margin_pct"], "the model on one batch")
     env = harness.env_info(ctx, precision=precision, global_batch=c["batch_size"] * world,
                            image_size=c["image_size"])
     metrics, details["mfu"] = run_metrics(cfg, c, ctx, res, images_per_s, (fwd_macs, fwd_flops, train_flops),
                                           n_params, env["device_name"])
+    if details["stragglers"]["flagged"]:
+        metrics["straggler_ranks"] = {"value": len(details["stragglers"]["flagged"]), "unit": "ranks"}
     if do_baseline:
         del trainer
         model.to("cpu")

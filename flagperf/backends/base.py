@@ -108,6 +108,11 @@ class Backend(abc.ABC):
         HEARTBEAT_INTERVAL_S while a round runs, so that a frozen host fails its case instead of hanging it."""
         return {h.address: None for h in hosts}
 
+    def node_status(self, node) -> str | None:
+        """The text of the node's node_status.json (its ranks' live state, written by the node launcher; at most
+        NODE_STATUS_MAX_BYTES) while its round runs, for the live panel; None where it cannot be read now."""
+        return None
+
     def drop_caches(self, node) -> tuple:
         """CLEAR_CACHES: (ok, why not) after asking the node's host to drop its page cache."""
         return False, "not supported by this backend"

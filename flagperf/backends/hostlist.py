@@ -13,7 +13,7 @@ import json
 import shlex
 from pathlib import PurePosixPath
 
-from flagperf.backends.base import HEARTBEAT_TIMEOUT_S, Backend, BackendError
+from flagperf.backends.base import HEARTBEAT_INTERVAL_S, HEARTBEAT_TIMEOUT_S, Backend, BackendError
 from flagperf.options.hostlist import HostListOptions, host_fields, host_from_fields
 from flagperf.caselaunch import needs_deploy
 from flagperf.checks import CONTRACT_FILE, HostCheck, failed, interpret_probe, probe_failure, unique_hosts
@@ -24,6 +24,7 @@ from flagperf.hosts.fanout import fan_out
 from flagperf.images import ImageError
 from flagperf.plan import each_hosts, each_port, host_result_root
 from flagperf.runtimes import get_runtime
+from flagperf_contract import NODE_STATUS_FILE, NODE_STATUS_MAX_BYTES
 
 MAX_PARALLEL = 32
 CONNECT_DEADLINE_S = 60.0
@@ -180,6 +181,14 @@ class HostListBackend(Backend):
             out[o.key.address] = None if o.ok and o.value.ok else \
                 (o.error or f"exit {o.value.returncode}" if not o.ok else f"`true` exited {o.value.returncode}")
         return out
+
+    def node_status(self, node) -> str | None:
+        tr = self.transports.get(node.host.address)
+        if tr is None:
+            return None
+        r = tr.run(["head", "-c", str(NODE_STATUS_MAX_BYTES), f"{node.node_dir}/{NODE_STATUS_FILE}"],
+                   timeout=HEARTBEAT_INTERVAL_S)
+        return r.stdout if r.ok else None
 
     def drop_caches(self, node) -> tuple:
         argv = ["sh", "-c", "sync && echo 3 > /proc/sys/vm/drop_caches"]

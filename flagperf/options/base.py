@@ -62,6 +62,12 @@ class BackendOptions:
         """The address the other nodes reach rank 0 on, when ``host`` is node 0."""
         return "127.0.0.1" if host.is_local else host.address
 
+    def mpi_shell_config(self, hosts) -> str | None:
+        """Launch mode mpi: the ssh_config text with which node 0's mpirun reaches ``hosts`` (HostSpec) as this
+        backend does; None where this backend cannot run an mpirun over its nodes. ValueError says why a value
+        cannot be written there."""
+        return None
+
     def to_dict(self) -> dict:
         """The keys as the effective configuration shows them (config.yaml of a run)."""
         return {}

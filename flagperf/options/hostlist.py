@@ -8,6 +8,7 @@ transport (:mod:`flagperf.hosts.ssh`), so that the plan's master address and the
 
 from __future__ import annotations
 
+import getpass
 import re
 import sys
 from dataclasses import dataclass, replace
@@ -52,8 +53,35 @@ class HostListOptions(BackendOptions):
         """HostName of ~/.ssh/config for a host listed by an alias there: the address the other hosts use."""
         return "127.0.0.1" if host.is_local else resolved_address(host.address)
 
+    def mpi_shell_config(self, hosts) -> str | None:
+        """An ssh_config for node 0's mpirun with each host's SSH_PORT, SSH_USER and SSH_KEY (or its ~/.ssh/config
+        entries, as flagperf's own connection reads them), KNOWN_HOSTS checked strictly, no prompt."""
+        blocks = []
+        for host in hosts:
+            if host.is_local:
+                continue
+            cfg = ssh_config_lookup(host.address)
+            keys = [host.ssh_key] if host.ssh_key else [str(Path(p).expanduser()) for p in cfg.get("identityfile", [])]
+            lines = [f"Host {_ssh_value(host.address)}", f"  HostName {_ssh_value(cfg.get('hostname', host.address))}",
+                     f"  Port {int(host.ssh_port or cfg.get('port') or 22)}",
+                     f"  User {_ssh_value(host.ssh_user or cfg.get('user') or getpass.getuser())}"]
+            lines += [f"  IdentityFile {_ssh_value(k)}" for k in keys]
+            lines += ["  IdentitiesOnly yes"] if keys else []
+            lines += [f"  UserKnownHostsFile {_ssh_value(str(Path(self.known_hosts).expanduser()))}",
+                      "  StrictHostKeyChecking yes", "  BatchMode yes", "  ConnectTimeout 30"]
+            blocks.append("\n".join(lines))
+        return "\n".join(blocks) + "\n" if blocks else ""
+
     def to_dict(self) -> dict:
         return {"HOSTS": [host_fields(h) for h in self.hosts], "KNOWN_HOSTS": self.known_hosts}
+
+
+def _ssh_value(value) -> str:
+    """One ssh_config value, double-quoted when it holds white space; ValueError for what ssh_config cannot hold."""
+    text = str(value)
+    if not text or any(c in text for c in '"\n\r\0') or any(ord(c) < 32 for c in text):
+        raise ValueError(f"{text!r} cannot be written into an ssh_config file")
+    return f'"{text}"' if any(c.isspace() for c in text) else text
 
 
 def host_fields(host: HostSpec) -> dict:

@@ -28,19 +28,25 @@ def file_reporters() -> list:
 
 
 def write_reports(summary, run_dir) -> list[ReportOutcome]:
-    """Write every file report of the run, in registration order; one outcome each (its path, or the error)."""
+    """Write every file report of the run, in registration order; one outcome each (its path, or the error),
+    none for a reporter that had nothing to write (its ``write`` returned None)."""
     out = []
     for rep in file_reporters():
         try:
-            out.append(ReportOutcome(rep.name, rep.write(summary, run_dir), None))
+            path = rep.write(summary, run_dir)
         except OSError as exc:
             out.append(ReportOutcome(rep.name, None, f"cannot write {rep.file_name}: {exc}"))
+            continue
+        if path is not None:
+            out.append(ReportOutcome(rep.name, path, None))
     return out
 
 
 register("terminal", "flagperf.reporters.terminal:TerminalReporter")
 register("markdown", "flagperf.reporters.markdown:MarkdownReporter")
 register("html", "flagperf.reporters.html:HtmlReporter")
+register("detail", "flagperf.reporters.detail:DetailReporter")     # detail_result.json (FlagPerf base's)
+register("nccl_tests", "flagperf.reporters.nccltests:NcclTestsReporter")   # nccl_tests/<case>.<op>.json
 register("junit", "flagperf.reporters.junit:JunitReporter")            # --junit FILE only
 register("prometheus", "flagperf.reporters.prometheus:PrometheusReporter")   # --prometheus FILE only
 

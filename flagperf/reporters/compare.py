@@ -4,7 +4,7 @@ and a self-contained HTML page (``compare-<A>-<B>.html``), the two runs side by 
 Case names, metrics, units, notes and run ids come from summary.json files: they reach the terminal through
 :mod:`flagperf.untrusted` (rich ``Text`` cells, lines with their control characters shown escaped) and the page
 through :func:`flagperf.untrusted.for_html`. The page has no script and loads nothing: report.html's
-Content-Security-Policy with no script admitted.
+Content-Security-Policy (``default-src 'none'``, no script-src: no script runs).
 """
 
 from __future__ import annotations
@@ -229,7 +229,7 @@ def comparison_html(cmp: Comparison) -> str:
                  f"(flagperf compare --json lists every one)</p>\n")
     title = f"flagperf compare {cmp.a.get('run_id')} vs {cmp.b.get('run_id')}: {head}"
     return (f'<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
-            f'<meta http-equiv="Content-Security-Policy" content="{CSP.format(scripts=chr(39) + "none" + chr(39))}">\n'
+            f'<meta http-equiv="Content-Security-Policy" content="{CSP}">\n'
             f'<meta name="viewport" content="width=device-width, initial-scale=1">\n'
             f"<title>{_h(title)}</title>\n<style>{COMPARE_STYLE}</style>\n</head>\n<body>\n{body}"
             f"<footer>flagperf compare &middot; {_h(cmp.a.get('run_id'))} vs {_h(cmp.b.get('run_id'))}</footer>\n"

@@ -1,91 +1,76 @@
-"""report.html: one self-contained page per run, with plots (plotly, its plotly.js embedded once, inline).
+"""report.html: one light, self-contained page per run, its charts inline SVG drawn in Python, with no script.
+
+Why no script: a report is mailed, attached to a ticket or opened in a file previewer alone, and mail clients
+and previewers strip scripts; charts that are SVG elements of the page still draw there. Without a script the
+page's Content-Security-Policy needs no script-src at all (``default-src 'none'`` forbids every script, every
+load and every connection; only inline styles and data: images are admitted), and the page stays small: a run
+with several cases and monitor series is well under 1 MB, where plotly.js alone is 4.6 MB (its smallest
+cartesian bundle is over 1 MB). The charts (:mod:`flagperf.reporters.svg`) have axes with units, legends, bands,
+reference lines and hover text (``<title>``). ``flagperf report --html --interactive`` writes the same figures
+as plotly charts into ``report-interactive.html`` (:mod:`flagperf.reporters.interactive`) for zooming.
 
 Made from the summary and the monitor series it names (``series.json``, written once from the node directories by
-:mod:`flagperf.results.series`), so ``flagperf report`` can make it again: the run's header, the case table with
-statuses and verdicts, per case the headline metric per round (with the reference line and band of a verdict), per
-round and node the monitor time series (CPU, memory, host power and every accelerator field) with the phases of the
-round marked, and the slow-node rankings. A run without a readable series.json gets no monitor plots.
-docs/results.md.
+:mod:`flagperf.results.series`), so ``flagperf report`` can make it again. Top first: the run's header; what the
+hardware delivered (every referenced figure against its reference, per node and per GPU where the run measured
+them, coloured within / below / above, and the node verdicts); the case table; per case the headline metric per
+round with the reference line and band, nccl-tests' tables with a bus bandwidth curve for collectives and p2p
+(:mod:`flagperf.results.ncclview`), the node figures (:mod:`flagperf.results.nodefigures`) and per round and node
+the monitor charts (host sensors; per accelerator field one chart with every GPU of the node; utilisation from 0
+to 100 %; throttle reasons decoded into named bands; energy per measured window as joules and average power); then
+the slow-node rankings. A run without a readable series.json gets no monitor charts. docs/results.md.
 
-Nothing from a host is trusted: every text that came from a host (names, log lines, environment, reasons)
-is HTML-escaped with its control characters made visible (:func:`flagperf.untrusted.for_html`), also where plotly
-draws it (plotly reads a small HTML subset in its labels); plotly's JSON escapes ``<`` inside the scripts. The
-page's Content-Security-Policy admits only the page's own scripts, each by the sha256 of its text (no
-'unsafe-inline', so no injected script or event handler runs), and forbids every network load.
+Nothing from a host is trusted: every text that came from a host (names, log lines, environment, reasons) is
+HTML-escaped with its control characters made visible (:func:`flagperf.untrusted.for_html`), in the tables and
+inside the charts alike.
 """
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import math
-import re
 import statistics
 from pathlib import Path
-from typing import Any, NamedTuple
 
 from flagperf.references import case_note, tolerance_text
+from flagperf.reporters import svg
 from flagperf.reporters.base import Reporter, shown_cases
 from flagperf.results.interpret import Status
+from flagperf.results.monitors import THROTTLE_REASONS
+from flagperf.results.ncclview import op_tables
+from flagperf.results.nodefigures import node_figures
 from flagperf.results.series import NodeSeries, load_series
 from flagperf.results.slownodes import gpu_text
 from flagperf.untrusted import for_html
 from flagperf_contract import write_atomic
 
-MAX_CASE_SECTIONS = 200         # cases with a section of plots; the others are in the table only
-MAX_GPU_ROWS = 10               # accelerator fields plotted per node (known ones first)
-# Accelerator fields, in row order, with their labels; other numeric fields follow (throttle fields together).
+MAX_CASE_SECTIONS = 200         # cases with a section of charts; the others are in the table only
+MAX_GPU_ROWS = 10               # accelerator fields charted per node (known ones first)
+# Accelerator fields, in chart order, with their labels (unit last); other numeric fields follow. energy_j (a
+# rising counter) is shown as energy per measured window instead, throttle fields as named bands.
 GPU_FIELDS = (("power_w", "power W"), ("sm_clock_mhz", "SM clock MHz"), ("mem_clock_mhz", "memory clock MHz"),
-              ("util_pct", "util %"), ("mem_used_mib", "memory used MiB"), ("temp_c", "temperature °C"),
-              ("energy_j", "energy J"))
-PHASES = (("INIT_START", "INIT_END", "#9ca3af"), ("RUN_START", "RUN_END", "#2ca02c"))   # shaded, in this color
+              ("util_pct", "util %"), ("mem_used_mib", "memory used MiB"), ("temp_c", "temperature °C"))
+NOT_CHARTED = ("energy_j",)
+PHASES = (("INIT_START", "INIT_END", "#9ca3af", "init"), ("RUN_START", "RUN_END", "#2ca02c", "run"))
 STATUS_COLORS = {Status.PASSED: "#1a7f37", Status.FAILED: "#cf222e", Status.ERROR: "#cf222e",
                  Status.TIMEOUT: "#cf222e", Status.BELOW_REFERENCE: "#bc4c00", Status.SKIPPED: "#9a6700",
                  Status.INTERRUPTED: "#8250df", Status.NOT_RUN: "#6e7781"}
-PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
-           "#17becf")
-PLOT_CONFIG = {"displaylogo": False, "responsive": True, "showSendToCloud": False,
-               "modeBarButtonsToRemove": ["sendDataToCloud", "select2d", "lasso2d"]}
-# The page's Content-Security-Policy; {scripts} is the sha256 source of each of the page's own inline scripts.
-CSP = ("default-src 'none'; script-src {scripts}; style-src 'unsafe-inline'; "
-       "img-src data: blob:; font-src data:; connect-src 'none'; form-action 'none'; base-uri 'none'")
-PLOTLY_CONFIG_SCRIPT = 'window.PlotlyConfig = {MathJaxConfig: "local"};'
-_SCRIPT = re.compile(r"<script\b[^>]*>(.*?)</script>", re.DOTALL | re.IGNORECASE)
-LAYOUT = dict(template="none", font=dict(family="DejaVu Sans, Liberation Sans, Arial, sans-serif", size=12),
-              paper_bgcolor="white", plot_bgcolor="white", hovermode="x unified",
-              margin=dict(l=70, r=20, t=50, b=45))
-AXIS = dict(showgrid=True, gridcolor="#e5e7eb", zeroline=False, linecolor="#9ca3af", showline=True, ticks="outside")
+PALETTE = svg.PALETTE
+# Colours of a figure against its reference.
+WITHIN_COLOR, BELOW_COLOR, ABOVE_COLOR, PLAIN_COLOR = "#1a7f37", "#cf222e", "#bc4c00", "#1f77b4"
+# The page's Content-Security-Policy: nothing but its own inline styles and data: images (no script-src: every
+# script is refused by default-src); form-action and base-uri do not fall back to default-src.
+CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; form-action 'none'; base-uri 'none'"
+PAGE_POINTS = 48_000            # line points of all monitor charts of a page together (keeps it small)
+MIN_COLUMNS = 20                # ... and at least this many x columns per monitor chart
+MONITOR_WIDTH = 640             # width of a monitor chart (two side by side on a wide screen)
 
 
 class ReportError(OSError):
-    """report.html could not be made (plotly missing, a figure that failed); write_reports reports it."""
-
-
-class _Plotly(NamedTuple):
-    go: Any                     # plotly.graph_objects
-    pio: Any                    # plotly.io
-    make_subplots: Any
-    plotlyjs: str               # plotly.js itself, embedded once in the page
-
-
-def _plotly() -> _Plotly:
-    """plotly, an optional dependency only this reporter needs: imported when a page is made, so that a missing
-    plotly is this report's ReportError, not an ImportError of every reporter."""
-    import plotly.graph_objects as go
-    import plotly.io as pio
-    from plotly.offline import get_plotlyjs
-    from plotly.subplots import make_subplots
-    return _Plotly(go, pio, make_subplots, get_plotlyjs())
+    """report.html could not be made (a chart that failed); write_reports reports it."""
 
 
 def esc(value) -> str:
     """Any value as text safe inside HTML (and inside plotly's labels, which read a subset of HTML)."""
     return for_html(value)
-
-
-def script_hash(text: str) -> str:
-    """The CSP source that admits an inline script of exactly this text: 'sha256-<base64 digest>'."""
-    return "'sha256-" + base64.b64encode(hashlib.sha256(text.encode("utf-8")).digest()).decode("ascii") + "'"
 
 
 def num(v, digits=4) -> str:
@@ -183,6 +168,57 @@ def _case_note(verdicts) -> str:
 
 
 # ----------------------------------------------------------------------------------------------- the page
+def _against(value, v) -> str:
+    """The colour of ``value`` against a reference verdict's range: within, below (worse), above (better)."""
+    expected, low, high = verdict_band(v)
+    value = _number(value)
+    if value is None or low is None or high is None:
+        return PLAIN_COLOR
+    if low <= value <= high:
+        return WITHIN_COLOR
+    worse = value < low if v.higher_is_better is not False else value > high
+    return BELOW_COLOR if worse else ABOVE_COLOR
+
+
+AGAINST_LEGEND = [(WITHIN_COLOR, "within tolerance"), (BELOW_COLOR, "below (worse than) the reference"),
+                  (ABOVE_COLOR, "above the reference")]
+
+
+def _ref_line(v) -> svg.RefLine | None:
+    expected, low, high = verdict_band(v)
+    if expected is None:
+        return None
+    return svg.RefLine(expected, f"reference {num(expected)}", WITHIN_COLOR, low, high)
+
+
+def _unit_label(name, unit) -> str:
+    return f"{name} ({unit})" if unit else str(name)
+
+
+def _throttle_spans(xs, ys, field: str) -> dict:
+    """{reason name: [(x0, x1)]} of a throttle field's samples: ``throttle_mask`` decoded bit by bit into NVML's
+    reason names, any other ``throttle_<name>`` field as the reason <name> where it is not zero. A span runs from
+    the sample that shows the reason to the next sample."""
+    names: list = []
+    if field == "throttle_mask":
+        names = [(bit, name) for bit, name in THROTTLE_REASONS]
+    else:
+        names = [(None, field.removeprefix("throttle_").removeprefix("throttled_") or field)]
+    out: dict = {}
+    for i, (x, y) in enumerate(zip(xs, ys)):
+        nxt = xs[i + 1] if i + 1 < len(xs) else x
+        for bit, name in names:
+            on = (int(y) & bit) != 0 if bit is not None else y != 0
+            if not on:
+                continue
+            spans = out.setdefault(name, [])
+            if spans and spans[-1][1] >= x:
+                spans[-1] = (spans[-1][0], max(spans[-1][1], nxt))
+            else:
+                spans.append((x, nxt))
+    return out
+
+
 class HtmlReporter(Reporter):
     name = "html"
     file_name = "report.html"
@@ -194,11 +230,9 @@ class HtmlReporter(Reporter):
 
     def write(self, summary, run_dir) -> Path:
         """Write report.html into ``run_dir`` atomically, with the monitor series the summary names there (a run
-        directory that was moved keeps its plots)."""
+        directory that was moved keeps its charts)."""
         try:
             text = self.page(summary, load_series(summary, run_dir))
-        except ImportError as exc:
-            raise ReportError(f"plotly is not installed ({exc}); pip install plotly") from None
         except OSError:
             raise
         except Exception as exc:    # a report never fails a run: the error goes to the run log instead
@@ -209,14 +243,13 @@ class HtmlReporter(Reporter):
 
     def page(self, summary, series: dict | None) -> str:
         """report.html of the summary; ``series`` ({(case key, round, node): NodeSeries}, from
-        :func:`~flagperf.results.series.load_series`) gives the monitor plots, None: a page without them."""
-        self._plt = _plotly()
-        self._figures = 0
-        self.figures: list = []         # (div id, plotly figure) of the last page, in page order
-        self._scripts = [PLOTLY_CONFIG_SCRIPT, self._plt.plotlyjs]     # the page's own scripts, by text
-        body = self._header(summary) + self._node_verdicts(summary) + self._cases_table(summary) + \
-            self._rankings(summary)
+        :func:`~flagperf.results.series.load_series`) gives the monitor charts, None: a page without them."""
+        self.figures: list = []         # (element id, chart description) of the last page, in page order
         shown = {id(c) for c in shown_cases(summary, MAX_CASE_SECTIONS)[0]}
+        traces = sum(1 for ns in (series or {}).values() for t in ns.traces
+                     if t.key not in NOT_CHARTED and "throttl" not in t.key)
+        self._columns = max(MIN_COLUMNS, min(MONITOR_WIDTH, PAGE_POINTS // max(1, 2 * traces)))
+        body = self._header(summary) + self._delivered(summary) + self._cases_table(summary)
         for ci, case in enumerate(summary.cases):
             if id(case) in shown:
                 body += self._case(ci, case, series or {})
@@ -224,30 +257,20 @@ class HtmlReporter(Reporter):
             body += (f'<section><p class="note">{len(summary.cases) - len(shown)} more passed case(s) are in the '
                      f'table above but have no section here (report.md and summary.json list every one).</p>'
                      f'</section>\n')
+        body += self._rankings(summary)
         title = f"flagperf {summary.run_id}: {status_text(summary.status)}"
-        csp = CSP.format(scripts=" ".join(dict.fromkeys(script_hash(s) for s in self._scripts)))
         return (f'<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
-                f'<meta http-equiv="Content-Security-Policy" content="{csp}">\n'
+                f'<meta http-equiv="Content-Security-Policy" content="{CSP}">\n'
                 f'<meta name="viewport" content="width=device-width, initial-scale=1">\n'
-                f'<title>{esc(title)}</title>\n<style>{STYLE}</style>\n'
-                f'<script>{PLOTLY_CONFIG_SCRIPT}</script>\n'
-                f'<script charset="utf-8">{self._plt.plotlyjs}</script>\n</head>\n<body>\n{body}'
+                f'<title>{esc(title)}</title>\n<style>{STYLE}</style>\n</head>\n<body>\n{body}'
                 f'<footer>flagperf {esc(summary.flagperf_version)} &middot; {esc(summary.run_id)} &middot; '
-                f'{self._figures} plot(s)</footer>\n</body>\n</html>\n')
+                f'{len(self.figures)} chart(s)</footer>\n</body>\n</html>\n')
 
     # --- pieces ------------------------------------------------------------------------------------------
-    def _figure(self, fig, height: int) -> str:
-        pio = self._plt.pio
-        self._figures += 1
-        fig.update_layout(height=height)
-        fig.update_xaxes(**AXIS)
-        fig.update_yaxes(**AXIS)
-        self.figures.append((f"plot{self._figures}", fig))
-        div = pio.to_html(fig, include_plotlyjs=False, full_html=False, config=PLOT_CONFIG,
-                          div_id=f"plot{self._figures}", default_width="100%", default_height=f"{height}px",
-                          validate=False)
-        self._scripts += _SCRIPT.findall(div)      # plotly's own script of this figure (its JSON escapes "<")
-        return f'<div class="plot">{div}</div>\n'
+    def _figure(self, chart, monitor: bool = False) -> str:
+        ident = f"chart{len(self.figures) + 1}"
+        self.figures.append((ident, chart))
+        return svg.render(chart, self._columns if monitor else None, ident) + "\n"
 
     def _header(self, s) -> str:
         rows = [("status", badge(s.status) + (" <strong>interrupted</strong> (SIGINT or SIGTERM)"
@@ -266,12 +289,97 @@ class HtmlReporter(Reporter):
                   esc(field_of(h, "remedy"))] for h in s.host_checks]) + "</section>\n"
         return out
 
+    # --- what the hardware delivered ------------------------------------------------------------------------
+    def _delivered(self, s) -> str:
+        """Every referenced figure against its reference (per case; per host and per GPU where the run ranked
+        them; per device from the node figures), coloured, then the node verdicts."""
+        rows, charts = [], ""
+        for ci, c in enumerate(s.cases):
+            for v in verdicts_of(c):
+                expected, low, high = verdict_band(v)
+                dev = _number(v.deviation)
+                color = _against(v.measured, v) if v.result != "not_measured" else "#6e7781"
+                measured = num(v.measured) + (f" {esc(v.measured_unit)}" if v.measured_unit is not None else "")
+                rows.append([f'<a href="#case{ci}">{esc(c.name)}</a>', esc(v.metric or "-"),
+                             f'<span style="color:{color};font-weight:bold">{measured}</span>', num(expected),
+                             f"{num(low)} … {num(high)}" if low is not None else "-",
+                             "-" if dev is None else f"{dev * 100:+.3g}%", esc(v.unit), verdict_badge(v)])
+            charts += self._node_figures(c)
+        rk_charts = "".join(self._delivered_ranking(s, rk) for rk in (s.rankings or []))
+        verdicts = self._node_verdicts(s)
+        if not rows and not charts and not rk_charts and not verdicts:
+            return ""
+        out = '<section id="delivered">\n<h2>What the hardware delivered</h2>\n'
+        if rows:
+            out += ('<p class="muted">Each referenced metric: the median of the passed rounds against its reference '
+                    'figure and the range its tolerance allows.</p>\n' + _table(
+                        ["case", "metric", "measured (median)", "reference", "within", "deviation", "unit",
+                         "result"], rows, num_cols=(2, 3, 5)))
+        elif not charts and not rk_charts:
+            out += '<p class="muted">No reference figure applies to this run\'s cases: see the cases below.</p>\n'
+        out += f'<div class="charts">{rk_charts}{charts}</div>\n' if rk_charts or charts else ""
+        return out + verdicts + "</section>\n"
+
+    def _delivered_ranking(self, s, rk) -> str:
+        """An each case's hosts and GPUs side by side, coloured against the case's reference for the metric."""
+        case = next((c for c in s.cases if c.name == rk.case or c.key == rk.case), None)
+        ref = next((v for v in verdicts_of(case) if v.metric == rk.metric), None) if case else None
+        out = ""
+        for what, entries in (("host", [e for e in rk.entries if e.gpu is None]),
+                              ("GPU", [e for e in rk.entries if e.gpu is not None])):
+            bars = []
+            for e in entries:
+                if _number(e.value) is None:
+                    continue
+                label = str(e.host) if e.gpu is None else f"{e.host} gpu {e.gpu}"
+                # a host's figure is the case's own (against the reference); a GPU's is its share of it
+                against = ref if e.gpu is None else None
+                color = BELOW_COLOR if e.outlier else _against(e.value, against) if against else PLAIN_COLOR
+                bars.append(svg.Bar(label, e.value, color, f"{label}: {num(e.value)} {rk.unit or ''}"
+                                    + (" (outlier)" if e.outlier else "")))
+            if not bars:
+                continue
+            line = _ref_line(ref) if ref is not None and what == "host" else None
+            refs = [line] if line is not None else []
+            if _number(rk.median) is not None and what == "host":
+                refs.append(svg.RefLine(rk.median, f"median {num(rk.median)}", "#7f7f7f", dash=True))
+            legend = AGAINST_LEGEND if line is not None else [(PLAIN_COLOR, "measured"), (BELOW_COLOR, "outlier")]
+            out += self._figure(svg.BarChart(f"{rk.case}: {rk.metric} per {what}", _unit_label(rk.metric, rk.unit),
+                                             bars, refs, legend=legend))
+        return out
+
+    def _node_figures(self, c) -> str:
+        """The case's node figures (flagperf.results.nodefigures): per node its devices side by side, against the
+        case's reference for that metric, and a table of the node's aggregate and spread."""
+        figures = node_figures(c)
+        if not figures:
+            return ""
+        out, rows = "", []
+        for f in figures:
+            ref = next((v for v in verdicts_of(c) if v.metric == f.metric), None)
+            bars = [svg.Bar(f"{f.node} gpu {rank}", value, _against(value, ref) if ref is not None else PLAIN_COLOR,
+                            f"{f.node} local rank {rank}: {num(value)} {f.unit}")
+                    for rank, value in f.per_device if _number(value) is not None]
+            line = _ref_line(ref) if ref is not None else None
+            if bars:
+                out += self._figure(svg.BarChart(f"{c.name}: {f.metric} per device of {f.node}",
+                                                 _unit_label(f.metric, f.unit), bars, [line] if line else [],
+                                                 legend=AGAINST_LEGEND if ref is not None else []))
+            rows.append([esc(f.node), esc(f.metric), num(f.aggregate) if f.simultaneous else "- (not simultaneous)",
+                         num(f.median), num(f.min), num(f.max), f"{num(f.spread_pct, 3)}%", esc(f.unit),
+                         '<span class="bad">flagged</span>' if f.flagged else "no"])
+        return out + (f'<div class="wide"><p>{esc(c.name)}: node figures (aggregate: the devices\' sum over one '
+                      f'simultaneous window)</p>\n' + _table(
+                          ["node", "metric", "aggregate", "median", "min", "max", "spread", "unit", "flagged"], rows,
+                          num_cols=(2, 3, 4, 5, 6),
+                          row_class=lambda r: "outlier" if "flagged<" in r[8] else "") + "</div>")
+
     def _node_verdicts(self, s) -> str:
         """The node verdicts (results.verdict): a badge per node, then every reason, reject first."""
         verdicts = list(getattr(s, "verdicts", None) or [])
         if not verdicts:
             return ""
-        out = '<section id="verdicts">\n<h2>Node verdicts</h2>\n<p>' + " ".join(
+        out = '<div id="verdicts">\n<h2>Node verdicts</h2>\n<p>' + " ".join(
             f'<span class="verdict">{esc(v.host)} {verdict_badge_of(v.verdict)}</span>' for v in verdicts) + "</p>\n"
         rows = [[esc(v.host), verdict_badge_of(r.severity), esc(r.source), esc(r.case or ""), esc(r.subject),
                  esc(r.detail), esc(r.remedy)] for v in verdicts for r in v.reasons]
@@ -281,7 +389,7 @@ class HtmlReporter(Reporter):
         else:
             out += "<p>Every node accepted: no reason against any.</p>\n"
         return out + ('<p class="muted">reject: send back or drain; degraded: usable, with these reasons; the run '
-                      'exits 1 when a node is rejected.</p>\n</section>\n')
+                      'exits 1 when a node is rejected.</p>\n</div>\n')
 
     def _cases_table(self, s) -> str:
         rows = []
@@ -319,6 +427,20 @@ class HtmlReporter(Reporter):
             ["metric", "expected", "tolerance", "within", "measured (median)", "deviation", "unit", "result",
              "source"], rows, num_cols=(1, 2, 4, 5))
 
+    def _metrics(self, c) -> str:
+        """Every metric of the passed rounds with its unit (also those read from FlagPerf's own lines)."""
+        stats = c.stats
+        names = [n for n in stats if n not in ("value", "e2e_time") and isinstance(stats.get(n), dict)]
+        if not names:
+            return ""
+        units = c.metric_units()
+        origin = (c.head or {}).get("origin")
+        caption = f" (from {esc(origin)})" if origin else ""
+        rows = [[esc(n), num(stats[n].get("median")), num(stats[n].get("min")), num(stats[n].get("max")),
+                 esc(units.get(n, ""))] for n in names]
+        return (f"<p>Metrics over the passed rounds{caption}:</p>\n"
+                + _table(["metric", "median", "min", "max", "unit"], rows, num_cols=(1, 2, 3)))
+
     def _rankings(self, s) -> str:
         """each cases (results.slownodes): hosts, then GPUs, ranked by the headline metric; outliers in red."""
         rankings = list(s.rankings or [])
@@ -346,35 +468,27 @@ class HtmlReporter(Reporter):
                           row_class=lambda r: "outlier" if "OUTLIER" in r[5] else "")
             hosts = [e for e in entries if e.gpu is None]
             gpus = [e for e in entries if e.gpu is not None]
-            for group, what in ((hosts, "host"), (gpus, "GPU")):
-                out += self._ranking_bars(rk, group, what)
+            charts = "".join(self._ranking_bars(rk, group, what) for group, what in ((hosts, "host"), (gpus, "GPU")))
+            out += f'<div class="charts">{charts}</div>\n' if charts else ""
         return out + "</section>\n"
 
     def _ranking_bars(self, rk, entries, what) -> str:
-        go = self._plt.go
-        labels, values, colors = [], [], []
+        bars = []
         for e in entries:
             if _number(e.value) is None:
                 continue
-            where = esc(e.host) + ("" if e.gpu is None else f" gpu {num(e.gpu)}" if e.identity is None else
-                                   " " + esc(gpu_text(e)))
-            labels.append(f"{num(e.rank)}. {where}" if e.gpu is None else where)
-            values.append(e.value)
-            colors.append("#cf222e" if e.outlier else "#1f77b4")
-        if not values:
+            where = str(e.host) + ("" if e.gpu is None else f" gpu {num(e.gpu)}" if e.identity is None else
+                                   " " + gpu_text(e))
+            label = f"{num(e.rank)}. {where}" if e.gpu is None else where
+            bars.append(svg.Bar(label, e.value, BELOW_COLOR if e.outlier else PLAIN_COLOR,
+                                f"{label}: {num(e.value)}" + (" (outlier)" if e.outlier else "")))
+        if not bars:
             return ""
-        unit = rk.unit or ""
-        fig = go.Figure(go.Bar(x=values, y=labels, orientation="h", marker_color=colors,
-                               hovertemplate="%{y}: %{x}<extra></extra>"), layout=LAYOUT)
+        refs = []
         if _number(rk.median) is not None and what == "host":
-            fig.add_vline(x=rk.median, line_dash="dash", line_color="#7f7f7f",
-                          annotation_text=f"median {num(rk.median)}", annotation_position="top")
-        fig.update_yaxes(autorange="reversed", type="category")
-        fig.update_xaxes(title_text=esc(unit or rk.metric))
-        fig.update_layout(title=dict(text=f"{esc(rk.case)}: {esc(rk.metric)} per {what} "
-                                          f"(red: outlier)", x=0),
-                          margin=dict(l=220, r=20, t=50, b=45), hovermode="closest")
-        return self._figure(fig, max(220, 90 + 24 * len(values)))
+            refs.append(svg.RefLine(rk.median, f"median {num(rk.median)}", "#7f7f7f", dash=True))
+        return self._figure(svg.BarChart(f"{rk.case}: {rk.metric} per {what} (red: outlier)",
+                                         _unit_label(rk.metric, rk.unit), bars, refs))
 
     def _case(self, ci, c, series: dict) -> str:
         out = (f'<section class="case" id="case{ci}">\n<h2>{esc(c.name)} {badge(c.status)}</h2>\n'
@@ -402,6 +516,7 @@ class HtmlReporter(Reporter):
                             if not isinstance(v, (dict, list)))
             out += f"<p class=\"muted\">Environment (round {num(first.round)}, rank 0): {env}</p>\n"
         out += self._headline(c)
+        out += self._nccl_sections(c)
         for r in c.rounds:
             if not r.nodes:
                 continue
@@ -410,24 +525,30 @@ class HtmlReporter(Reporter):
                 out += self._node(c, r, n, series.get((c.key, r.round, n.node)))
         return out + "</section>\n"
 
-    def _metrics(self, c) -> str:
-        """Every metric of the passed rounds with its unit (also those read from FlagPerf's own lines)."""
-        stats = c.stats
-        names = [n for n in stats if n not in ("value", "e2e_time") and isinstance(stats.get(n), dict)]
-        if not names:
+    def _nccl_sections(self, c) -> str:
+        """nccl-tests' view of a collectives or p2p case (flagperf.results.ncclview): bus bandwidth against the
+        message size (log2 axis), one line per operation, then one nccl-tests table per operation."""
+        tables = op_tables(c)
+        if not tables:
             return ""
-        units = c.metric_units()
-        origin = (c.head or {}).get("origin")
-        caption = f" (from {esc(origin)})" if origin else ""
-        rows = [[esc(n), num(stats[n].get("median")), num(stats[n].get("min")), num(stats[n].get("max")),
-                 esc(units.get(n, ""))] for n in names]
-        return (f"<p>Metrics over the passed rounds{caption}:</p>\n"
-                + _table(["metric", "median", "min", "max", "unit"], rows, num_cols=(1, 2, 3)))
+        series = [svg.Series(t.op, [(row.size_bytes, row.busbw_gbs) for row in t.rows], markers=len(t.rows) <= 40)
+                  for t in tables]
+        out = f"<h3>nccl-tests' view (round {num(tables[0].round)})</h3>\n"
+        out += self._figure(svg.LineChart(f"{c.name}: bus bandwidth per message size", "message size (bytes)",
+                                          "busbw (GB/s)", series, x_log2=True, x_bytes=True))
+        for t in tables:
+            rows = [[num(row.size_bytes), num(row.count), esc(row.dtype), esc(row.redop), num(row.root),
+                     num(row.time_us), num(row.algbw_gbs), num(row.busbw_gbs),
+                     "N/A" if row.wrong is None else num(row.wrong)] for row in t.rows]
+            out += (f"<p><strong>{esc(t.op)}</strong>: avg busbw {num(t.avg_busbw_gbs)} GB/s, at the largest size "
+                    f"{num(t.largest_busbw_gbs)} GB/s</p>\n" + _table(
+                        ["size (B)", "count (elements)", "type", "redop", "root", "time (us)", "algbw (GB/s)",
+                         "busbw (GB/s)", "#wrong"], rows, num_cols=(0, 1, 4, 5, 6, 7, 8)))
+        return out
 
     def _headline(self, c) -> str:
         """The headline metric per round (each cases: one line per host, from every host's own result), with
-        the band of its reference verdict; a plot per other metric that has a verdict."""
-        go = self._plt.go
+        the band of its reference verdict; a chart per other metric that has a verdict."""
         series: dict = {}   # name: [(round, value)]
         if c.each:
             for r in c.rounds:
@@ -440,10 +561,10 @@ class HtmlReporter(Reporter):
             pts = [(r.round, _number(r.value)) for r in c.passed_rounds]
             series = {str(c.metric or "value"): [(k, v) for k, v in pts if v is not None]}
         if not any(series.values()):
-            return '<p class="muted">No round produced a value: no metric plot.</p>\n'
+            return '<p class="muted">No round produced a value: no metric chart.</p>\n'
         vs = [v for v in verdicts_of(c) if v.metric == c.metric]
         median = _number(((c.stats.get("value") or {}).get("median")))
-        out = self._metric_plot(go, c.metric or "value", c.unit, series, vs, c, median)
+        out = self._metric_plot(c.metric or "value", c.unit, series, vs, c, median)
         for v in verdicts_of(c):
             m = v.metric
             if m in (None, c.metric):
@@ -453,39 +574,26 @@ class HtmlReporter(Reporter):
             pts = [(k, x) for k, x in pts if x is not None]
             if pts:
                 unit = v.unit or next((r.metrics[m].get("unit") for r in c.passed_rounds
-                                                    if isinstance(r.metrics.get(m), dict)), "")
-                out += self._metric_plot(go, m, unit, {str(m): pts}, [v], c,
+                                       if isinstance(r.metrics.get(m), dict)), "")
+                out += self._metric_plot(m, unit, {str(m): pts}, [v], c,
                                          statistics.median(x for _, x in pts) if len(pts) > 1 else None)
         return out
 
-    def _metric_plot(self, go, metric, unit, series, verdicts, c, median) -> str:
-        fig = go.Figure(layout=LAYOUT)
-        for v in verdicts:
-            expected, low, high = verdict_band(v)
-            if low is not None and high is not None:
-                fig.add_hrect(y0=low, y1=high, fillcolor="#2ca02c", opacity=0.12, line_width=0, layer="below")
-            if expected is not None:
-                fig.add_hline(y=expected, line_color="#2ca02c", line_width=2,
-                              annotation_text=f"reference {num(expected)}", annotation_position="top left")
-        for i, (name, points) in enumerate(sorted(series.items())):
-            color = PALETTE[i % len(PALETTE)]
-            fig.add_trace(go.Scatter(x=[k for k, _ in points], y=[v for _, v in points], mode="lines+markers",
-                                     name=esc(name), marker=dict(size=9, color=color), line=dict(color=color),
-                                     hovertemplate=f"{esc(name)}, round %{{x}}: %{{y}}<extra></extra>"))
+    def _metric_plot(self, metric, unit, series, verdicts, c, median) -> str:
+        refs = [line for line in (_ref_line(v) for v in verdicts) if line is not None]
         if median is not None and sum(len(p) for p in series.values()) > 1:
-            fig.add_hline(y=median, line_dash="dash", line_color="#7f7f7f",
-                          annotation_text=f"median {num(median)}", annotation_position="bottom right")
+            refs.append(svg.RefLine(median, f"median {num(median)}", "#7f7f7f", dash=True))
         rounds = [r.round for r in c.rounds] or [1]
-        fig.update_xaxes(title_text="round", tickmode="array", tickvals=rounds,
-                         range=[min(rounds) - 0.5, max(rounds) + 0.5])
-        fig.update_yaxes(title_text=esc(unit or metric), rangemode="tozero")
-        fig.update_layout(title=dict(text=f"{esc(c.name)}: {esc(metric)} per round", x=0),
-                          showlegend=len(series) > 1, hovermode="closest")
-        return self._figure(fig, 340)
+        lines = [svg.Series(name, points, PALETTE[i % len(PALETTE)], markers=True)
+                 for i, (name, points) in enumerate(sorted(series.items()))]
+        return self._figure(svg.LineChart(
+            f"{c.name}: {metric} per round", "round", _unit_label(metric, unit), lines, refs=refs,
+            x_ticks=[(k, str(k)) for k in rounds], x_range=(min(rounds) - 0.5, max(rounds) + 0.5),
+            legend=len(series) > 1 or bool(refs), height=180))
 
     def _node(self, c, r, n, ns: NodeSeries | None) -> str:
-        """One node's monitor figure of a round: a row per host sensor and accelerator field, phases shaded."""
-        go, make_subplots = self._plt.go, self._plt.make_subplots
+        """One node's monitor charts of a round: one per host sensor and accelerator field (every GPU of the node
+        in it), the phases shaded, throttle reasons as named bands, and the energy of the measured window."""
         title = f"{esc(n.node)} (host <code>{esc(n.host)}</code>, node rank {num(n.node_rank)})"
         mon = n.monitors or {}
         notes = []
@@ -494,60 +602,79 @@ class HtmlReporter(Reporter):
         for name, reason in sorted((mon.get("unreadable") or {}).items()):
             notes.append(f"{esc(name)}: {esc(reason)}")
         note = f'<p class="muted">{"; ".join(notes)}</p>\n' if notes else ""
+        energy = _energy_table(mon)
         if ns is None or not ns.traces:
-            return f"<h4>{title}</h4>\n<p class=\"muted\">No monitor data in its node directory.</p>\n{note}"
+            return f"<h4>{title}</h4>\n<p class=\"muted\">No monitor data in its node directory.</p>\n{note}{energy}"
         series = {(t.sensor, t.key, t.gpu): (t.x, t.y) for t in ns.traces}
-        rows = []       # (label, [(trace name, gpu or None, xs, ys)])
-        for sensor, key, label in (("cpu", "util_pct", "CPU util %"), ("mem", "used_mib", "memory used MiB"),
-                                   ("pwr", "power_w", "host power W")):
+        charts = []       # (label, unit, [(series name, gpu or None, xs, ys)], y range)
+        for sensor, key, label, unit in (("cpu", "util_pct", "CPU util", "%"), ("mem", "used_mib", "memory used",
+                                                                                 "MiB"),
+                                         ("pwr", "power_w", "host power", "W")):
             if (sensor, key, None) in series:
-                rows.append((label, [(label, None, *series[(sensor, key, None)])]))
+                charts.append((label, unit, [(label, None, *series[(sensor, key, None)])],
+                               (0, 100) if key == "util_pct" else None))
         gpu_keys = sorted({k for (s, k, _g) in series if s == "gpu"})
         known = [k for k, _ in GPU_FIELDS if k in gpu_keys]
         throttle = [k for k in gpu_keys if "throttl" in k and k not in known]
-        other = [k for k in gpu_keys if k not in known and k not in throttle]
+        other = [k for k in gpu_keys if k not in known and k not in throttle and k not in NOT_CHARTED]
         labels = dict(GPU_FIELDS)
         vendor = ns.gpu_vendor or "gpu"
-        gpu_rows = [(f"{vendor} {labels[k]}", [k]) for k in known] + [(f"{vendor} {k}", [k]) for k in other]
+        for k in (known + other)[:MAX_GPU_ROWS]:
+            label, _, unit = labels.get(k, k).rpartition(" ") if k in labels else (k, "", "")
+            traces = [(f"gpu {g}", g, *series[("gpu", k, g)])
+                      for g in sorted(g for (s, kk, g) in series if s == "gpu" and kk == k)]
+            charts.append((f"{vendor} {label}", unit, traces, (0, 100) if k == "util_pct" else None))
+        bands = [svg.Band(ns.phases[start], ns.phases.get(end, ns.end), name, color)
+                 for start, end, color, name in PHASES
+                 if ns.phases.get(start) is not None and ns.phases.get(end, ns.end) is not None]
+        vlines = [t for t in (ns.start, ns.end) if t is not None]
+        xs = [x for t in ns.traces for x in t.x] + vlines
+        x_range = (min(xs), max(xs)) if xs else None
+        x_label = "s since the round's ranks started"
+        out = ""
+        for label, unit, traces, y_range in charts:
+            lines = [svg.Series(name, list(zip(xs_, ys_)), "#444444" if g is None else PALETTE[g % len(PALETTE)])
+                     for name, g, xs_, ys_ in traces]
+            out += self._figure(svg.LineChart(
+                f"{c.name} round {r.round}, {n.node}: {label}", x_label, _unit_label(label, unit), lines,
+                bands=bands, vlines=vlines, x_range=x_range, y_range=y_range, width=MONITOR_WIDTH, height=150,
+                legend=any(g is not None for _, g, _, _ in traces)), monitor=True)
+        lanes = []
+        for k in throttle:
+            for g in sorted(g for (s, kk, g) in series if s == "gpu" and kk == k):
+                xs_, ys_ = series[("gpu", k, g)]
+                for reason, spans in sorted(_throttle_spans(xs_, ys_, k).items()):
+                    lanes.append((f"gpu {g}: {reason}", PALETTE[g % len(PALETTE)], spans))
         if throttle:
-            gpu_rows.append((f"{vendor} throttle", throttle))
-        for label, keys in gpu_rows[:MAX_GPU_ROWS]:
-            traces = []
-            for k in keys:
-                for g in sorted(g for (s, kk, g) in series if s == "gpu" and kk == k):
-                    name = f"gpu {g}" + (f" {k}" if len(keys) > 1 else "")
-                    traces.append((name, g, *series[("gpu", k, g)]))
-            rows.append((esc(label), traces))
-        fig = make_subplots(rows=len(rows), cols=1, shared_xaxes=True, vertical_spacing=min(0.08, 0.3 / len(rows)),
-                            subplot_titles=[label for label, _ in rows])
-        fig.update_layout(**LAYOUT)
-        seen_gpu = set()
-        for i, (label, traces) in enumerate(rows, 1):
-            for name, g, xs, ys in traces:
-                color = PALETTE[g % len(PALETTE)] if g is not None else "#444444"
-                show = g is not None and name not in seen_gpu
-                seen_gpu.add(name)
-                fig.add_trace(go.Scatter(x=list(xs), y=list(ys), mode="lines", name=esc(name), legendgroup=esc(name),
-                                         showlegend=show, line=dict(color=color, width=1.5)), row=i, col=1)
-        self._phases(fig, ns)
-        fig.update_xaxes(title_text="s since the round's ranks started", row=len(rows), col=1)
-        fig.update_layout(title=dict(text=f"{esc(c.name)} round {num(r.round)}: {esc(n.node)}", x=0),
-                          legend=dict(orientation="h", y=-0.12 if len(rows) < 3 else -0.05))
-        return f"<h4>{title}</h4>\n{note}" + self._figure(fig, 90 + 170 * len(rows)) + _phase_caption(ns)
+            if lanes:
+                out += self._figure(svg.Timeline(f"{c.name} round {r.round}, {n.node}: {vendor} throttle reasons",
+                                                 x_label, lanes, x_range, width=MONITOR_WIDTH), monitor=True)
+            else:
+                out += '<p class="muted">No throttle reason was active in any sample.</p>\n'
+        return (f"<h4>{title}</h4>\n{note}<div class=\"charts\">{out}</div>\n" + _phase_caption(ns) + energy)
 
-    def _phases(self, fig, ns: NodeSeries) -> None:
-        """Shade the phases (init, run) from the PerfLog events, and mark the ranks' start and end."""
-        for start, end, color in PHASES:
-            x0 = ns.phases.get(start)
-            x1 = ns.phases.get(end, ns.end)
-            if x0 is None or x1 is None or x1 < x0:
-                continue
-            fig.add_shape(type="rect", xref="x", yref="paper", x0=x0, x1=x1,
-                          y0=0, y1=1, fillcolor=color, opacity=0.13, line_width=0, layer="below")
-        for t in (ns.start, ns.end):
-            if t is not None:
-                fig.add_shape(type="line", xref="x", yref="paper", x0=t, x1=t, y0=0,
-                              y1=1, line=dict(color="#6e7781", width=1, dash="dash"))
+
+def _energy_table(mon: dict) -> str:
+    """Each accelerator's energy over the measured window (RUN_START to RUN_END) as joules and average power,
+    beside the whole round's, from the node's monitor summary."""
+    rows = []
+    for d in (mon.get("gpu") or {}).get("devices") or []:
+        if not isinstance(d, dict):
+            continue
+        win = d.get("window") if isinstance(d.get("window"), dict) else {}
+        wj, ws = _number(win.get("energy_j")), _number(win.get("seconds"))
+        rj, rs = _number(d.get("energy_j")), _number(d.get("seconds"))
+        if wj is None and rj is None:
+            continue
+        rows.append([num(d.get("index")), num(wj), num(ws), num(wj / ws) if wj is not None and ws else "-",
+                     num(rj), num(rs), num(rj / rs) if rj is not None and rs else "-",
+                     esc(d.get("energy_source") or "")])
+    if not rows:
+        return ""
+    return ('<p>Accelerator energy: the measured window (RUN_START to RUN_END) and the whole round, each as joules '
+            'and average power.</p>\n' + _table(
+                ["gpu", "window J", "window s", "window avg W", "round J", "round s", "round avg W", "source"], rows,
+                num_cols=(0, 1, 2, 3, 4, 5, 6)))
 
 
 def _phase_caption(ns: NodeSeries) -> str:
@@ -587,7 +714,10 @@ font-variant-numeric: tabular-nums; } table.kv th { width: 190px; }
 pre { background: #f6f8fa; border: 1px solid #d0d7de; padding: 8px; overflow-x: auto; max-height: 300px;
 white-space: pre-wrap; word-break: break-all; }
 code { background: #f6f8fa; padding: 0 3px; } .muted { color: #59636e; } .bad { color: #cf222e; font-weight: bold; }
-tr.outlier td { background: #ffebe9; } .plot { border: 1px solid #eaeef2; margin: 6px 0 14px; }
+tr.outlier td { background: #ffebe9; }
+.charts { display: flex; flex-wrap: wrap; gap: 8px 16px; align-items: flex-start; margin: 6px 0 12px; }
+.charts > .wide { flex-basis: 100%; }
+svg.chart { max-width: 100%; height: auto; border: 1px solid #eaeef2; background: white; margin: 4px 0; }
 .swatch { display: inline-block; width: 14px; height: 10px; opacity: 0.35; border: 1px solid #9ca3af; }
 .caption { color: #59636e; font-size: 12px; margin: -10px 0 14px; }
 .verdict { margin-right: 14px; white-space: nowrap; }

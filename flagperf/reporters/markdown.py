@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from flagperf.references import case_note, describe, tolerance_text
 from flagperf.reporters.base import Reporter
+from flagperf.results import ncclview
 from flagperf.results.interpret import Status, describe_exit
+from flagperf.results.nodefigures import SPREAD_FLAG_PCT, node_figures
 from flagperf.results.slownodes import describe as describe_outlier
 from flagperf.results.slownodes import gpu_text, outliers
 from flagperf.untrusted import for_markdown, markdown_code, markdown_fence
@@ -59,7 +61,39 @@ def _reference_lines(c) -> list:
                                     "source"], rows)
 
 
+def _nccl_lines(c) -> list:
+    """nccl-tests' view of a collectives or p2p case (flagperf.results.ncclview): per op a table with its columns,
+    sizes ascending, and its average bus bandwidth under it; nothing for any other case."""
+    lines = []
+    for t in ncclview.op_tables(c):
+        lines += ["", f"nccl-tests' view: {markdown_code(t.op)}, round {t.round}:", ""]
+        lines += _table(list(ncclview.COLUMNS), [ncclview.row_cells(row) for row in t.rows])
+        lines += ["", for_markdown(ncclview.footer(t))]
+    return lines
+
+
 VERDICT_MARKS = {"accept": "accept", "degraded": "**degraded**", "reject": "**REJECT**"}
+
+
+def _node_figure_lines(cases) -> list:
+    """Per node of every case with per-device figures (results.nodefigures), its headline metric: the node
+    aggregate (a sum only over simultaneous windows), the devices' median, min, max and spread; every flagged
+    spread first, in bold, naming the slowest device."""
+    figures = [(c, f) for c in cases for f in node_figures(c)]
+    if not figures:
+        return []
+    lines = ["", "## Node figures (per device, headline metric)", ""]
+    lines += [f"- **SPREAD: {for_markdown(c.name)}: node {for_markdown(f.node)}: {for_markdown(f.reason)}**"
+              for c, f in figures if f.flagged]
+    lines += ["", f"A spread above {SPREAD_FLAG_PCT:g}% between the devices of one node is flagged; the node "
+                  "aggregate is their sum only when their timed windows were simultaneous.", ""]
+    lines += _table(["case", "node", "metric", "aggregate", "median", "min", "max", "unit", "spread %", "overlap",
+                     "devices", "note"],
+                    [[c.name, f.node, f.metric, _num(f.aggregate) if f.aggregate is not None else "not summed",
+                      _num(f.median), _num(f.min), _num(f.max), f.unit, _num(f.spread_pct, 3),
+                      _num(f.overlap, 3), " ".join(f"{lr}:{_num(v)}" for lr, v in f.per_device),
+                      f.reason] for c, f in figures])
+    return lines
 
 
 def _verdict_lines(verdicts) -> list:
@@ -107,6 +141,7 @@ class MarkdownReporter(Reporter):
                          _num(st.get("median")), _num(st.get("min")), _num(st.get("max")), c.unit or "",
                          _num(e2e.get("median"))])
         lines += _table(["case", "status", "rounds", "metric", "median", "min", "max", "unit", "e2e s"], rows)
+        lines += _node_figure_lines(s.cases)
         lines += self._rankings(s.rankings or [])
         for c in s.cases:
             lines += self._case(c)
@@ -158,6 +193,7 @@ class MarkdownReporter(Reporter):
                           ""]
                 lines += markdown_fence(f.last_lines)
         lines += _reference_lines(c)
+        lines += _nccl_lines(c)
         metrics = [(name, st) for name, st in c.stats.items() if name not in ("value", "e2e_time") and st]
         if metrics:
             units = c.metric_units()

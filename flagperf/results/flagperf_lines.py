@@ -3,7 +3,14 @@ cases run unchanged (docs/results.md, "FlagPerf results"). Parsing is pure; read
 bounded readers.
 
 - ``[FlagPerf Result]<name>=<value><unit>`` (base toolkits) and ``[FlagPerf Result]Rank <N>'s <name>=<value><unit>``
-  (base benchmarks): one metric per line, with its unit (``TFLOPS``, ``GB/s``, ``us``, ``%``, ...).
+  (base benchmarks): one metric per line, with its unit (``TFLOPS``, ``GB/s``, ``us``, ``%``, ...). A line of
+  several ``<name>=<value><unit>`` items after a label (``FLOPS utilization: cputime=80.12%, kerneltime=85.3%``) is
+  one metric per item, named ``<label> <name>``; FlagPerf's operation benchmarks' time lines (``cputime=<t> us,
+  throughput=<n> op/s, equals to <x> TFLOPS``) are three (``cputime``, ``cputime throughput``, ``cputime TFLOPS``)
+  and their correctness line (``Correctness with CPU golden Reference: True``) is ``correctness``, unit ``bool``.
+- FlagPerf's inference ``Finish Info`` line (its logger's ``... | Finish Info | ... - {'vendor': ..., 'flops': ...,
+  '*p_inference_core(qps)': ..., ...}``): one metric per number of the dict, the unit from the key's parentheses
+  (``(qps)``, ``(second)``: s), the starred key (else ``p_validation_core``) first.
 - FlagPerf's PerfLog, ``[PerfLog] {"event": "FINISHED", "value": {...}, "metadata": {...}}`` (training cases):
   its value holds ``e2e_time``, a throughput key that depends on the model, ``converged`` and final loss or
   accuracy.
@@ -19,6 +26,7 @@ training launchers write beside it (:func:`flagperf_node_files`).
 
 from __future__ import annotations
 
+import ast
 import math
 import os
 import re
@@ -26,6 +34,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from flagperf.results.flagcx_lines import KIND_FLAGCX, FlagCXLines
+from flagperf.results.flagcx_lines import headline as flagcx_headline
+from flagperf.results.flagcx_lines import sweep as flagcx_sweep
 from flagperf.results.perflog import RECORDS_MAX_BYTES, read_lines
 from flagperf_contract import NODE_COMMAND_LOG, PERFLOG_SCHEMA, parse_perflog_line, rank_log_name
 
@@ -38,7 +49,24 @@ MAX_RESULTS = 10_000        # lines kept per round: a log that prints more is no
 ORIGIN_RESULTS = "[FlagPerf Result] lines"
 ORIGIN_PERFLOG = "FlagPerf [PerfLog] FINISHED"
 ORIGIN_TRAINING = "FlagPerf training summary lines"
-KIND_RESULT, KIND_TRAINING = "result", "training"
+ORIGIN_FLAGCX = "FlagCX perf-test lines"
+ORIGIN_INFERENCE = "FlagPerf inference Finish Info"
+KIND_RESULT, KIND_TRAINING, KIND_INFERENCE = "result", "training", "inference"
+_NUM = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?"
+_RANK_PREFIX = re.compile(r"^\s*Rank\s+(?P<rank>\d{1,7})'s\s+")
+_ITEM = re.compile(rf"^\s*(?P<name>[^=,]*?)\s*=\s*(?P<value>{_NUM})\s*(?P<unit>[^=,]*?)\s*$")
+_NEXT_ITEM = re.compile(r",\s*(?=[^,=]*=)")       # a comma that starts another <name>=<value> item
+# FlagPerf's operation benchmarks: "cputime=4177.02 us, throughput=239.41 op/s, equals to 263.23 TFLOPS"
+_ANY_NUM = rf"(?:{_NUM}|[-+]?(?:inf|nan))"         # FlagPerf prints what Python's float gives, nan and inf too
+_OPERATION_TIME = re.compile(rf"^\s*(?P<which>[A-Za-z_]\w{{0,31}})\s*=\s*(?P<t>{_ANY_NUM})\s*(?P<tu>us|ms|s|ns),\s*"
+                             rf"throughput\s*=\s*(?P<ops>{_ANY_NUM})\s*op/s,\s*equals to\s*(?P<tf>{_ANY_NUM})\s*"
+                             rf"TFLOPS\s*$")
+_CORRECTNESS = re.compile(r"^\s*Correctness with (?P<what>.{0,64}?)\s*:\s*(?P<ok>True|False)\s*$")
+FINISH_MARK = "Finish Info"     # FlagPerf inference's logger level of its result line
+FINISH_MAX_CHARS = 16384        # a longer Finish Info line is not read
+_FINISH = re.compile(r"\|\s*Finish Info\s*\|[^{]*?-\s*(?P<dict>\{.*\})\s*$")
+_FINISH_UNITS = {"second": "s", "seconds": "s", "s": "s", "ms": "ms", "qps": "qps", "gib": "GiB", "gb": "GB"}
+FINISH_HEADS = ("p_inference_core", "p_validation_core")    # FlagPerf's own headline: the starred key, else
 
 # The summary lines of FlagPerf's training cases, as printed (``print("MFU: ", x)``, ``print(f"MFU: {mfu}")``,
 # ``logger.info("MFU: " + str(MFU))``): (label, metric name, unit, measured). The label starts the line or its
@@ -89,17 +117,105 @@ class FlagPerfResult:
 
 
 def parse_result_line(line: str, *, node: int = 0, rank: int | None = None) -> FlagPerfResult | None:
-    """The result of one ``[FlagPerf Result]`` line, or None (another line, no number, a non-finite value)."""
+    """The (first) result of one ``[FlagPerf Result]`` line, or None (another line, no number, a non-finite
+    value)."""
+    found = parse_result_items(line, node=node, rank=rank)
+    return found[0] if found else None
+
+
+def _finite(text: str) -> float | None:
+    value = float(text)
+    return value if math.isfinite(value) else None
+
+
+def parse_result_items(line: str, *, node: int = 0, rank: int | None = None) -> list:
+    """Every result of one ``[FlagPerf Result]`` line: one ``<name>=<value><unit>``; several after a label
+    (``FLOPS utilization: cputime=80.12%, kerneltime=85.3%``: ``FLOPS utilization cputime`` and ``... kerneltime``);
+    an operation time line (three); an operation correctness line (``correctness``, 1 or 0, unit ``bool``). A
+    non-finite value is left out."""
     if RESULT_MARK not in line:
-        return None
-    m = _RESULT.search(line.rstrip("\r\n"))
+        return []
+    body = line.rstrip("\r\n").split(RESULT_MARK, 1)[1]
+    m = _RANK_PREFIX.match(body)
+    if m is not None:
+        rank, body = int(m.group("rank")), body[m.end():]
+    made = lambda name, value, unit: FlagPerfResult(name, value, unit, rank, node)  # noqa: E731
+    m = _OPERATION_TIME.match(body)
+    if m is not None:
+        which = m.group("which")
+        figures = [(which, m.group("t"), m.group("tu")), (f"{which} throughput", m.group("ops"), "op/s"),
+                   (f"{which} TFLOPS", m.group("tf"), "TFLOPS")]
+        return [made(n, v, u) for n, t, u in figures for v in [_finite(t)] if v is not None]
+    m = _CORRECTNESS.match(body)
+    if m is not None:
+        return [made("correctness", 1.0 if m.group("ok") == "True" else 0.0, "bool")]
+    items = _NEXT_ITEM.split(body)
+    if len(items) > 1:
+        first = items[0].split("=", 1)[0]
+        label = first.rsplit(":", 1)[0].strip() if ":" in first else ""
+        out: list = []
+        for i, item in enumerate(items):
+            m = _ITEM.match(item)
+            if m is None:
+                continue
+            name = m.group("name").rsplit(":", 1)[-1].strip() if i == 0 and label else m.group("name")
+            value = _finite(m.group("value"))
+            if name and value is not None:
+                out.append(made(f"{label} {name}" if label else name, value, m.group("unit")))
+        if out:
+            return out
+    m = _RESULT.search(RESULT_MARK + body)
     if m is None or not m.group("name"):
-        return None
+        return []
     value = float(m.group("value"))
     if not math.isfinite(value):
-        return None
+        return []
     prefixed = m.group("rank")
-    return FlagPerfResult(m.group("name"), value, m.group("unit"), int(prefixed) if prefixed else rank, node)
+    return [FlagPerfResult(m.group("name"), value, m.group("unit"), int(prefixed) if prefixed else rank, node)]
+
+
+def _finish_unit(key: str) -> tuple:
+    """(name, unit) of a key of FlagPerf inference's Finish Info: ``*p_inference_core(qps)`` -> (p_inference_core,
+    qps), ``e2e_time(second)`` -> (e2e_time, s), ``flops`` -> FLOPS, anything else without a unit."""
+    key = key.lstrip("*").strip()
+    m = re.fullmatch(r"(?P<name>.*?)\s*\((?P<unit>[^()]{1,16})\)", key)
+    if m is not None:
+        unit = m.group("unit")
+        return m.group("name"), _FINISH_UNITS.get(unit.lower(), unit)
+    return key, "FLOPS" if key.lower() == "flops" else ""
+
+
+def parse_finish_info(line: str, *, node: int = 0) -> list:
+    """The results of FlagPerf inference's ``Finish Info`` line (its logger's ``<time> | Finish Info | <where> -
+    {dict}``): a result per finite number of the dict (an int or float; booleans, None and strings are left
+    out), KIND_INFERENCE, FlagPerf's headline first (the starred key, else p_inference_core, else
+    p_validation_core). [] for another line or a dict that does not read as a Python literal."""
+    line = plain_line(line)
+    if FINISH_MARK not in line or len(line) > FINISH_MAX_CHARS:
+        return []
+    m = _FINISH.search(line)
+    if m is None:
+        return []
+    try:
+        info = ast.literal_eval(m.group("dict"))
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return []
+    if not isinstance(info, dict):
+        return []
+    out, head = [], None
+    for key, v in info.items():
+        if not isinstance(key, str) or isinstance(v, bool) or not isinstance(v, (int, float)) or \
+                not math.isfinite(v) or len(key) > 64 or not key.isprintable():
+            continue
+        name, unit = _finish_unit(key)
+        r = FlagPerfResult(name, float(v), unit, None, node, KIND_INFERENCE, name.lower() != "batchsize")
+        if key.startswith("*") and head is None:
+            head = r
+        out.append(r)
+    for name in FINISH_HEADS:
+        if head is None:
+            head = next((r for r in out if r.name == name), None)
+    return ([head] + [r for r in out if r is not head]) if head is not None else out
 
 
 def line_results(line: str, *, node: int = 0, rank: int | None = None) -> list:
@@ -108,8 +224,7 @@ def line_results(line: str, *, node: int = 0, rank: int | None = None) -> list:
     if RESULT_MARK not in line:
         return []
     chunks = line.split(RESULT_MARK)[1:]
-    out = [parse_result_line(RESULT_MARK + c, node=node, rank=rank) for c in chunks]
-    return [r for r in out if r is not None]
+    return [r for c in chunks for r in parse_result_items(RESULT_MARK + c, node=node, rank=rank)]
 
 
 def parse_results(lines, *, node: int = 0, rank: int | None = None) -> list:
@@ -204,6 +319,7 @@ def read_log(path, *, node: int = 0, rank: int | None = None, problems: list | N
     results: list = []
     finished = None
     training = TrainingLines(node, Path(path).name, source)
+    flagcx = FlagCXLines()          # FlagCX's perf-test lines (flagcx_lines)
     for line in read_lines(path, max_bytes, problems):
         if RESULT_MARK in line:
             results += line_results(line, node=node, rank=rank)[:MAX_RESULTS - len(results)]
@@ -211,8 +327,14 @@ def read_log(path, *, node: int = 0, rank: int | None = None, problems: list | N
             record = parse_perflog_line(line)
             if record is not None and is_flagperf_finished(record):
                 finished = record
+        elif FINISH_MARK in line and _FINISH.search(plain_line(line)[:FINISH_MAX_CHARS + 1]):
+            results += parse_finish_info(line, node=node)[:MAX_RESULTS - len(results)]
+        elif flagcx.feed(line):
+            continue
         else:
             training.feed(line)
+    results += [FlagPerfResult(n, v, u, None, node, KIND_FLAGCX, source=source)
+                for n, v, u in flagcx.results][:MAX_RESULTS - len(results)]
     if refused is not None:
         refused += training.refused[:MAX_REFUSED - len(refused)]
     return results + training.results[:MAX_RESULTS - len(results)], finished
@@ -297,10 +419,11 @@ def _training_head(training) -> tuple | None:
 def build_finished(benchmark: str, results, perflog_finished: dict | None = None,
                    e2e_time: float | None = None, refused=()) -> dict | None:
     """A flagperf.perflog/1 FINISHED payload from FlagPerf results and/or a FlagPerf PerfLog FINISHED record;
-    None when there is neither. Headline: the first [FlagPerf Result] line (a ranked name: rank 0's value, or
-    the lowest rank's), else the training summary lines' (_training_head), else the PerfLog throughput key,
-    else its ``e2e_time``. Training summary lines are no result when none of them is a measured figure, or when
-    a summary line was ``refused`` (a measured figure that is not positive: the run did not measure it)."""
+    None when there is neither. Headline: the first [FlagPerf Result] line or inference Finish Info result (a
+    ranked name: rank 0's value, or the lowest rank's), else the training summary lines' (_training_head), else
+    the PerfLog throughput key, else its ``e2e_time``. Training summary lines are no result when none of them is
+    a measured figure, or when a summary line was ``refused`` (a measured figure that is not positive: the run did
+    not measure it). An operation's correctness line that says False makes ``checks.passed`` false."""
     results = list(results or ())
     training = [r for r in results if r.kind == KIND_TRAINING]
     results = [r for r in results if r.kind != KIND_TRAINING]
@@ -315,7 +438,11 @@ def build_finished(benchmark: str, results, perflog_finished: dict | None = None
     origins = []
     head = None
     if results:
-        origins.append(ORIGIN_RESULTS)
+        kinds = {r.kind for r in results}
+        origins += [o for k, o in ((KIND_RESULT, ORIGIN_RESULTS), (KIND_INFERENCE, ORIGIN_INFERENCE)) if k in kinds]
+        correct = [r.value == 1.0 for r in results if r.name == "correctness" and r.unit == "bool"]
+        if correct:     # FlagPerf operation's correctness against its CPU reference: the checks' verdict
+            details["correctness"] = all(correct)
         for key, r in _metric_keys(results).items():
             metrics[key] = {"value": r.value, "unit": r.unit, **({"rank": r.rank} if r.rank is not None else {}),
                             **({"node": r.node} if r.node else {})}
@@ -331,6 +458,11 @@ def build_finished(benchmark: str, results, perflog_finished: dict | None = None
                 by_rank.setdefault(r.rank, r.value)
             if sorted(by_rank) == list(range(len(by_rank))):
                 details["per_rank"] = {"metric": first.name, "values": [by_rank[i] for i in range(len(by_rank))]}
+        fcx = [(r.name, r.value) for r in results if r.kind == KIND_FLAGCX]
+        if fcx:         # FlagCX's perf tests: the size sweep, and the first op's busbw at its largest size
+            origins.append(ORIGIN_FLAGCX)
+            details["sweep"] = flagcx_sweep(fcx)
+            head = flagcx_headline(fcx) or head
     if training:
         origins.append(ORIGIN_TRAINING)
         for key, r in _metric_keys(training).items():
@@ -364,7 +496,8 @@ def build_finished(benchmark: str, results, perflog_finished: dict | None = None
     details["lines"] = len(results) + len(training)
     return {"event": "FINISHED", "schema": PERFLOG_SCHEMA, "benchmark": benchmark, "metric": name, "value": v,
             "unit": unit, "higher_is_better": higher_is_better(unit), "e2e_time": _number(e2e_time) or 0.0,
-            "metrics": metrics, "checks": {"passed": True, "details": details}, "env": {},
+            "metrics": metrics, "checks": {"passed": details.get("correctness", True) is True, "details": details},
+            "env": {},
             "origin": " + ".join(origins)}
 
 

@@ -189,9 +189,12 @@ def _rank0_result(ev: RoundEvidence) -> Verdict:
         not_results = [why for n in ev.nodes for why in n.flagperf_refused]
         payload = build_finished(node0.benchmark if node0 else "", results, theirs,
                                  rec0.duration_s if rec0 else None, not_results)
+        who = "the node command" if node0 is not None and node0.mode == "node" else "rank 0"
+        if payload is not None and payload["checks"]["passed"] is not True:     # FlagPerf operation's correctness
+            return Verdict(Status.FAILED, where(f"invalid result: {who} printed its correctness against the "
+                                                f"reference: False"))
         if payload is not None:
             return Verdict(Status.PASSED, None, Finished.from_dict(payload))
-        who = "the node command" if node0 is not None and node0.mode == "node" else "rank 0"
         refused = next((r for r in reversed(records) if r.get("event") == UNREADABLE), None)
         if refused is not None:
             return Verdict(Status.FAILED, where(f"invalid result: {who} printed {refused.get('reason')}"))

@@ -20,6 +20,9 @@ reference  a referenced metric below its expected figure by more than     degrad
 ranking    an each case's outlier host or GPU (results.slownodes)         degraded; reject when its score and its
                                                                           shortfall reach ``ranking_reject_score``
                                                                           and ``ranking_reject_shortfall``
+ranking    the slowest GPU of a node whose devices' spread is above       degraded
+           results.nodefigures.SPREAD_FLAG_PCT in every passed round
+           (at least 2, accelerators only, the same GPU each time)
 health     a health finding of the host or one of its GPUs                the finding's
 link       a link finding that points to the host                         the finding's
 ========== ============================================================== ==========================================
@@ -39,6 +42,7 @@ import statistics
 from flagperf.records import BELOW, GpuIdentity, HealthFinding, NodeVerdict, VerdictReason
 from flagperf.references import DEFAULT_THRESHOLDS, thresholds_for
 from flagperf.results.interpret import Status
+from flagperf.results.nodefigures import DEGRADED_MIN_ROUNDS, SPREAD_FLAG_PCT, degraded_devices
 
 SEVERITY_ORDER = {"reject": 0, "degraded": 1}
 SOURCE_ORDER = ("check", "failure", "health", "reference", "ranking", "link")
@@ -341,6 +345,30 @@ def _ranking_reasons(summary, thresholds: dict, identities: dict) -> dict:
     return out
 
 
+REMEDY_SPREAD_GPU = ("check this GPU's clocks, throttle reasons, temperature, power, PCIe link and the processes on "
+                     "it against its neighbours'; rerun the case to confirm, then replace the card if it stays slow")
+
+
+def _spread_reasons(summary, identities: dict, ranked: dict) -> dict:
+    """{host: [reason]}: the slowest GPU of a node whose devices' spread is consistent (results.nodefigures
+    .degraded_devices), degraded; left out where the rankings (``ranked``) already name that GPU for that case."""
+    out: dict = {}
+    for case in summary.cases:
+        for host, lr, text in degraded_devices(case):
+            gpu = (identities.get(host) or {}).get(lr)
+            where = "" if gpu is None or gpu.index == lr else f" (local rank {lr})"
+            if gpu is None:
+                gpu, where = GpuIdentity(lr), f" (local rank {lr}; which card it used is not known)"
+            if any(r.case == case.name and r.gpu is not None and r.gpu.index == gpu.index
+                   for r in ranked.get(host, [])):
+                continue
+            out.setdefault(host, []).append(VerdictReason(
+                "ranking", "degraded", gpu.label(),
+                f"{text}{where}; degraded when the spread exceeds {SPREAD_FLAG_PCT:g}% in every passed round (at "
+                f"least {DEGRADED_MIN_ROUNDS}) with the same slowest GPU", REMEDY_SPREAD_GPU, gpu, case.name))
+    return out
+
+
 def health_reason(f: HealthFinding) -> VerdictReason:
     """A health finding as a verdict reason (its severity, its GPU's label or "node")."""
     value = f.value if isinstance(f.value, str) else repr(f.value) if not isinstance(f.value, (int, float)) else \
@@ -418,6 +446,7 @@ def node_verdicts(summary, *, reference_files=(), health=(), identities=None, li
                "reference": _merge(_reference_reasons(summary, thresholds),
                                    _gpu_reference_reasons(summary, thresholds, identities)),
                "ranking": _ranking_reasons(summary, thresholds, identities), "link": links_by_host}
+    sources["ranking"] = _merge(sources["ranking"], _spread_reasons(summary, identities, sources["ranking"]))
     tested = {n.host for c in summary.cases for r in c.rounds for n in r.nodes}
     stopped = [r.detail for r in checks.get(None, [])]
     out = []

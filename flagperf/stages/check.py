@@ -9,22 +9,26 @@ from dataclasses import replace
 import yaml
 
 from flagperf.backends import Backend
-from flagperf.checks import failed, moved_port, needed_accelerators, port_note
+from flagperf.checks import core_warnings, failed, moved_port, needed_accelerators, port_note, ranks_per_host
 from flagperf.plan import build_plan
 from flagperf.stages.context import RunContext
 from flagperf.stages.prepare import run_record
 from flagperf_contract import write_json_atomic
 
 
-def check_hosts(backend: Backend, hosts, need: dict, *, deploy: bool, say=None) -> list:
-    """Connect to every host, deploy the tree (when asked), probe; one HostCheck per host, in the hosts' order."""
+def check_hosts(backend: Backend, hosts, need: dict, *, deploy: bool, say=None, phase=None) -> list:
+    """Connect to every host, deploy the tree (when asked), probe; one HostCheck per host, in the hosts' order.
+    ``phase`` (if given) hears each step: "connecting", "deploying", "probing"."""
+    phase = phase or (lambda _step: None)
     order = []
     for h in hosts:
         if h.address not in order:
             order.append(h.address)
+    phase("connecting")
     results = {c.host: c for c in backend.connect(hosts)}
     connected = [h for h in hosts if h.address not in results]
     if deploy and connected:
+        phase("deploying")
         for o in backend.deploy(connected):
             if o.ok:
                 d = o.value
@@ -37,6 +41,7 @@ def check_hosts(backend: Backend, hosts, need: dict, *, deploy: bool, say=None) 
                 results[o.key.address] = failed(o.key.address, "deploy_failed",
                                                 f"deploy to {o.key.flagperf_path} failed: {o.error}")
         connected = [h for h in connected if h.address not in results]
+    phase("probing")
     for c in backend.probe(connected, need):
         results[c.host] = c
     # a scheduler's checks are not per host (its partition, nodes, account): they follow the hosts'
@@ -53,13 +58,15 @@ def check(ctx: RunContext) -> tuple:
     out = ctx.console
     hosts = ctx.plan.hosts
     out.step(f"check: connecting to {len(hosts)} host(s)")
-    out.stage(f"check: connecting to {len(hosts)} host(s), probing and deploying")
-    checks = check_hosts(ctx.backend, hosts, needed_accelerators(ctx.config), deploy=True, say=out.detail)
+    checks = check_hosts(ctx.backend, hosts, needed_accelerators(ctx.config), deploy=True, say=out.detail,
+                         phase=lambda step: out.stage(f"check: {step} {len(hosts)} host(s)"))
     for c in checks:
         if c.ok:
             out.detail(f"host {c.host}: ok: {c.detail}")
         else:
             out.step(f"host {c.host}: {c.outcome}: {c.detail}; {c.remedy}", logging.ERROR)
+    for line in core_warnings(ctx.config.vendor, checks, ranks_per_host(ctx.plan)):
+        out.step(f"warning: {line}", logging.WARNING)
     _move_master_port(ctx, checks)
     bad = [c for c in checks if not c.ok]
     if bad:

@@ -16,8 +16,10 @@ from flagperf.results.series import summarise_series
 from flagperf.results.slownodes import RULE, outliers, rank_cases
 from flagperf.results.slownodes import describe as describe_outlier
 from flagperf.results.summary import CaseSummary
+from flagperf.results.tf32check import fp32_name, tf32_findings
 from flagperf.results.verdict import local_gpus, node_verdicts
 from flagperf.stages.context import RunContext, oserror_text
+from flagperf.yamlio import load_yaml_file
 from flagperf_contract import LAUNCH_FILE, ContractError, LaunchSpec, now_iso, read_json_file
 
 
@@ -39,6 +41,18 @@ def check_references(ctx: RunContext, case, cres: CaseSummary) -> None:
     ctx.console.detail(f"{case.name}: references from {ref.path} (device {device!r})")
     for v in verdicts:
         ctx.console.step(f"{case.name}: {describe(v)}; source {v.source}", logging.INFO if v.ok else logging.ERROR)
+
+
+def check_tf32(ctx: RunContext) -> None:
+    """A TF32 case whose figure is its FP32 case's on a device with a much faster TF32 (flagperf.results.tf32check):
+    flagged as a suspect verdict of the TF32 case, and said in the run log."""
+    peaks = ctx.config.vendor.peaks
+    if peaks is None or not any(fp32_name(c.model or "") for c in ctx.summary.cases):
+        return
+    table, _problems = load_yaml_file(peaks)      # a bad peak table is reported when the plan is made
+    for case, v in tf32_findings(ctx.summary.cases, table, str(peaks), ctx.config.vendor.name):
+        case.verdicts = [*case.verdicts, v]
+        ctx.console.step(f"{case.name}: {describe(v)}", logging.WARNING)
 
 
 def headline_metrics(cases) -> dict:
@@ -141,6 +155,7 @@ def finish(ctx: RunContext, t0: float) -> str | None:
         out.step(problem, logging.ERROR)
     for ok, line in ctx.backend.act_on_verdicts(s.verdicts, s.run_id):    # e.g. a scheduler drains rejected nodes
         out.step(line, logging.INFO if ok else logging.ERROR)
+    check_tf32(ctx)
     try:
         s.series = summarise_series(s, run_dir)
     except OSError as exc:      # the plots of report.html go without their time series

@@ -76,6 +76,8 @@ class RoundStage:
             with signals_deferred() as held:
                 wait = self.stop_and_collect(wait, held)
                 self.res.duration_s = time.monotonic() - t0
+                for node in self.nodes:
+                    self.out.node(node.label, "judging")
                 judge_round(self.ctx, self.nodes, self.launchers, wait, self.res, self.node_waits, self.jobs)
                 self.out.round_done(self.res.status.value)
                 report_round(self.ctx, self.label, self.res)
@@ -105,7 +107,7 @@ class RoundStage:
 
     def start(self) -> None:
         self.ctx.host_of.update((n.label, n.host.address) for n in self.nodes)
-        self.out.round(self.label, [n.label for n in self.nodes], self.timeout)
+        self.out.round(self.label, [n.label for n in self.nodes], self.timeout, self.case.name)
         self._bind()
         if self.ctx.config.test.clear_caches:
             self._clear_caches()
@@ -138,7 +140,7 @@ class RoundStage:
             self.nodes[:] = bound
             self.out.step(f"{self.label}: the scheduler gave {', '.join(n.label for n in self.nodes)}")
             ctx.host_of.update((n.label, n.host.address) for n in self.nodes)
-            self.out.round(self.label, [n.label for n in self.nodes], self.timeout)
+            self.out.round(self.label, [n.label for n in self.nodes], self.timeout, self.case.name)
         for node in [n for n in self.nodes if n.host.address in ctx.lost_hosts]:
             self._fail(node, f"host {node.host.address} was lost earlier in this run "
                              f"({ctx.lost_hosts[node.host.address]})")

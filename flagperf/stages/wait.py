@@ -1,6 +1,9 @@
 """The wait of a round: for every node launcher to exit, the first failure stopping the others (an ``each``
 round: independent jobs, none stopped; a ``pairs`` round: the other node of the failed node's job only), the
-hosts' heartbeat, CASE_TIMEOUT; and the stop of processes that still run."""
+hosts' heartbeat, CASE_TIMEOUT; and the stop of processes that still run. With a live panel, every
+STATUS_POLL_S the running nodes' ``node_status.json`` is read (their ranks running or exited, rank 0's latest
+STEP) for it.
+"""
 
 from __future__ import annotations
 
@@ -11,10 +14,13 @@ import threading
 import time
 
 from flagperf.backends.base import HEARTBEAT_INTERVAL_S, HEARTBEAT_TIMEOUT_S
+from flagperf.hosts.fanout import fan_out
 from flagperf.results.interpret import Wait, WaitEnd
 from flagperf.stages.context import RunContext
+from flagperf_contract import NODE_STATUS_MAX_BYTES, ContractError, NodeStatus, loads_bounded
 
 STOP_GRACE_S = 15.0        # after SIGTERM to a node launcher (it gives its ranks 10 s), before SIGKILL
+STATUS_POLL_S = 2.0        # with a live panel: how often the running nodes' node_status.json is read
 
 
 def stop_processes(ctx: RunContext, procs: dict, what: str, sig, grace: float, second=None) -> None:
@@ -56,6 +62,26 @@ def heartbeat(ctx: RunContext, nodes) -> tuple | None:
     return None
 
 
+def read_node_status(text) -> NodeStatus | None:
+    """A node_status.json's text as a NodeStatus, or None when it is not one (partly written, too large,
+    foreign)."""
+    if not text or len(text) > NODE_STATUS_MAX_BYTES:
+        return None
+    try:
+        return NodeStatus.from_dict(loads_bounded(text))
+    except (ContractError, ValueError, RecursionError):
+        return None
+
+
+def poll_node_status(ctx: RunContext, nodes) -> None:
+    """The live panel: every node's node_status.json, read in parallel within HEARTBEAT_INTERVAL_S (a node that
+    does not answer in time shows what it showed before)."""
+    for o in fan_out(nodes, ctx.backend.node_status, deadline_s=HEARTBEAT_INTERVAL_S):
+        status = read_node_status(o.value) if o.ok else None
+        if status is not None:
+            ctx.console.node_status(o.key.label, status)
+
+
 class LauncherWait:
     """Wait for every node launcher of a round. Every HEARTBEAT_INTERVAL_S the hosts of the running nodes must
     answer (within HEARTBEAT_TIMEOUT_S), or the round fails naming the lost host. With ``node_waits`` (an each
@@ -73,6 +99,7 @@ class LauncherWait:
         self.pending = set(launchers)
         self.failed_node: str | None = None
         self.scheduler_end: tuple | None = None
+        self.exited: set = set()        # launchers that exited since the last poll of node_status.json
 
     def run(self) -> Wait:
         done: queue.Queue = queue.Queue()
@@ -80,20 +107,36 @@ class LauncherWait:
             threading.Thread(target=lambda n=name, p=proc: done.put((n, p.wait())), daemon=True).start()
         deadline = time.monotonic() + self.timeout
         next_beat = time.monotonic() + HEARTBEAT_INTERVAL_S
+        # the live panel's reads of node_status.json (none without one)
+        next_poll = time.monotonic() + STATUS_POLL_S if self.ctx.console.live else float("inf")
         while self.pending:
             try:
-                name, code = done.get(timeout=max(0.0, min(deadline, next_beat) - time.monotonic()))
+                name, code = done.get(timeout=max(0.0, min(deadline, next_beat, next_poll) - time.monotonic()))
             except queue.Empty:
                 if time.monotonic() >= deadline:
                     return self._timed_out()
-                next_beat = time.monotonic() + HEARTBEAT_INTERVAL_S
-                lost = self._beat()
-                if lost is not None:
-                    return lost
+                if time.monotonic() >= next_beat:
+                    next_beat = time.monotonic() + HEARTBEAT_INTERVAL_S
+                    lost = self._beat()
+                    if lost is not None:
+                        return lost
+                if time.monotonic() >= next_poll:
+                    self._poll()
+                    next_poll = time.monotonic() + STATUS_POLL_S
                 continue
             if name in self.pending:        # each: not the launcher of a host already counted as lost
                 self._exited(name, code)
+        self._poll()
         return self._ended()
+
+    def _poll(self) -> None:
+        """With a live panel: the running nodes' state (and, once more, that of the nodes that exited since)."""
+        if not self.ctx.console.live:
+            return
+        names = [n for n in self.launchers if (n in self.pending or n in self.exited) and n in self.by_label
+                 and self.ctx.host_of.get(n) not in self.ctx.lost_hosts]
+        self.exited.clear()
+        poll_node_status(self.ctx, [self.by_label[n] for n in names])
 
     def _stop_pending(self) -> None:
         stop_processes(self.ctx, {n: self.launchers[n] for n in self.pending}, "launcher", signal.SIGTERM,
@@ -131,7 +174,10 @@ class LauncherWait:
     def _exited(self, name: str, code) -> None:
         out = self.ctx.console
         self.pending.discard(name)
+        self.exited.add(name)
         out.detail(f"{name}: node launcher exited with {code}")
+        out.node(name, "done" if code == 0 else "failed", f"node launcher exited {code}")
+        self._end_mpi_peers(name)
         # (WaitEnd value, why) when a scheduler ended the node's job itself (its time limit, a lost node)
         ended = self.launchers[name].scheduler_end if code != 0 else None
         if ended:
@@ -150,6 +196,17 @@ class LauncherWait:
                 out.step(f"{self.label}: {name} failed; stopping {', '.join(sorted(self.pending))}", logging.WARNING)
                 for n in self.pending:
                     self.launchers[n].signal(signal.SIGTERM)
+
+    def _end_mpi_peers(self, name: str) -> None:
+        """Launch mode mpi: node 0's mpirun has ended, so have the ranks on its job's other nodes; their launchers,
+        which started nothing, are told to finish (SIGTERM: they write ranks.json and exit)."""
+        node = self.by_label.get(name)
+        if node is None or node.launch.mode != "mpi" or node.node_rank != 0:
+            return
+        for peer in sorted(self.pending):
+            other = self.by_label.get(peer)
+            if other is not None and other.launch.mode == "mpi" and other.job == node.job:
+                self.launchers[peer].signal(signal.SIGTERM)
 
     def _stop_peers(self, name: str) -> None:
         """A pairs round: the other node of ``name``'s job cannot go on without it; it is asked to stop."""

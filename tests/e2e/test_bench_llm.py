@@ -34,6 +34,18 @@ def test_llm_tiny_trains_and_converges(tmp_path, nproc):
     assert n == d["params"]["block_matmul"] + d["params"]["lm_head"]
     assert mfu["model_tflops_per_device"] == pytest.approx(mfu["flops_per_token"] * fin["value"] / nproc / 1e12)
     assert "omitted" in mfu and "mfu" not in m            # fp32 on a CPU: no peak to divide by
+    # seq_len null: the preset's (tiny: 64); the three named conventions, each with its formula and N
+    assert T == 64 and set(mfu["conventions"]) == {"headline", "torchtitan", "flagperf_6n"}
+    assert mfu["conventions"]["headline"]["flops_per_token"] == mfu["flops_per_token"]
+    assert mfu["conventions"]["flagperf_6n"]["flops_per_token"] == 6 * d["params"]["total"]
+    assert all(c["mfu_pct"] is None and c["formula"] for c in mfu["conventions"].values())
+    assert (d["precision"], d["precision_used"]) == ("auto", "fp32") and "fp8_fallback_reason" not in d
+    # every rank's step times and probe, gathered; one rank has no one to be slower than
+    s = d["stragglers"]
+    assert [r["rank"] for r in s["per_rank"]] == list(range(nproc)) and s["slowest_rank"] in range(nproc)
+    assert all(r["steps"]["n"] == d["steps_measured"] and r["probe"]["median_s"] > 0 for r in s["per_rank"])
+    if nproc == 1:
+        assert s["flagged"] == [] and "straggler_ranks" not in m
     assert d["baseline"] == {"omitted": "baseline off (baseline: false, or auto off CUDA)"}
     steps = [r for r in perflog(results[0][1]) if r["event"] == "STEP"]
     assert len(steps) >= 3 and steps[-1]["loss"] < steps[0]["loss"]
@@ -79,7 +91,11 @@ def test_llm_unreachable_target_fails_its_check(tmp_path):
 @pytest.mark.parametrize("bad,msg", [({"preset": "huge"}, "preset must be one of"),
                                      ({"time_budget_s": 0}, "time_budget_s must be > 0"),
                                      ({"n_heads": 3}, "must divide into"),
-                                     ({"activation_checkpointing": "some"}, "activation_checkpointing must be")])
+                                     ({"activation_checkpointing": "some"}, "activation_checkpointing must be"),
+                                     ({"seq_len": 0}, "seq_len must be >= 1"),
+                                     ({"precision": "fp4"}, "precision must be one of auto, fp8"),
+                                     ({"fp8_recipe": "blockwise"}, "fp8_recipe must be one of tensorwise"),
+                                     ({"straggler_margin_pct": 0}, "straggler_margin_pct > 0")])
 def test_llm_bad_config_is_a_config_error(tmp_path, bad, msg):
     rc, out, err = run_case(tmp_path, "llm", 1, bad)[0]
     assert rc == 2 and msg in err, err

@@ -127,6 +127,13 @@ def test_resnet50(tmp_path, nproc):
     assert details["model"] == {"preset": "small", "blocks": [1, 1, 1, 1], "base_width": 16, "num_classes": 10,
                                 "image_size": 64, "params": 511_514}
     assert details["compile"]["enabled"] is False and details["memory_format"] == "channels_last"
+    assert details["compile"]["cuda_graphs"] is False                  # eager on a CPU
+    assert details["optimizer"]["impl"] == "fused" and details["optimizer"]["note"] is None   # torch >= 2.4 on a CPU
+    # every rank's step times and probe gathered (the same record on every rank)
+    s = details["stragglers"]
+    assert [r["rank"] for r in s["per_rank"]] == list(range(nproc)) and s["slowest_rank"] in range(nproc)
+    assert all(f["checks"]["details"]["stragglers"]["per_rank"] == s["per_rank"] for f in fins)
+    assert all(r["probe"]["n"] == 10 and r["steps"]["n"] > 0 for r in s["per_rank"])
     assert details["data"]["kind"] == "synthetic" and details["optimizer"]["nesterov"] is True
     # every rank reports the same global numbers
     for f in fins:
@@ -150,6 +157,18 @@ def test_resnet50(tmp_path, nproc):
     assert steps[-1]["accuracy"] == m["eval_accuracy"]["value"] and steps[0]["loss"] > steps[-1]["loss"]
 
 
+def test_resnet50_planted_straggler_is_named_and_flagged(tmp_path):
+    """The harness's test hook (resnet50:slow) makes local rank 1 sleep twice each probe pass: it is the slowest rank,
+    flagged beyond the 5% margin, named with its local rank; a flag is a finding, the run still passes."""
+    results = run_case(tmp_path, "resnet50", 2, fault="slow")
+    fin = check_run(results, "resnet50", "images_per_s")[0]
+    s = fin["checks"]["details"]["stragglers"]
+    assert s["slowest_rank"] == 1 and s["flagged"] == [1] and s["slowest"]["local_rank"] == 1
+    assert s["slowest"]["vs_median_pct"] > s["margin_pct"] == 5.0
+    assert fin["metrics"]["straggler_ranks"]["value"] == 1
+    assert "warning: straggler: rank(s) [1]" in results[0][2]
+
+
 def test_resnet50_unreachable_target_fails_check(tmp_path):
     results = run_case(tmp_path, "resnet50", 1, {"max_steps": 20, "eval_every": 10}, fault="target")
     rc, out, err = results[0]
@@ -167,6 +186,9 @@ def test_resnet50_unreachable_target_fails_check(tmp_path):
     ({"blocks": [3, 4, 6]}, "blocks must be a list of 4 integers"),
     ({"compile": "sometimes"}, "compile must be auto, true or false"),
     ({"warmup_steps": 0}, "warmup_steps must be >= 1"),
+    ({"optimizer": "lamb"}, "optimizer must be one of fused, foreach, got 'lamb'"),
+    # DALI decodes on a GPU: where nvidia.dali does not import (or off CUDA), one line at the case's start
+    ({"data": "dali"}, "resnet50: data: dali "),
 ])
 def test_resnet50_config_error(tmp_path, overrides, message):
     rc, out, err = run_case(tmp_path, "resnet50", 1, overrides)[0]

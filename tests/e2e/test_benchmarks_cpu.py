@@ -120,6 +120,33 @@ def check_run(results, benchmark, metric):
             for rank, (_, out, _) in enumerate(results)]
 
 
+def check_node_figures(fins, metric):
+    """The node figures of every rank's FINISHED details (docs/benchmarks.md, "Node figures"): one node, every
+    rank's own value per device, the same on every rank, and ``<metric>_node`` the devices' sum exactly when
+    their windows were simultaneous (never a sum of figures measured at different moments). Returns node 0's."""
+    figures = fins[0]["checks"]["details"]["node_figures"]
+    assert all(f["checks"]["details"]["node_figures"] == figures for f in fins)
+    node = figures["0"]
+    assert list(figures) == ["0"] and node["metric"] == metric and node["unit"] == fins[0]["unit"]
+    values = [f["value"] for f in fins]
+    assert node["per_device"] == [[rank, pytest.approx(v)] for rank, v in enumerate(values)]
+    assert (node["min"], node["max"]) == (pytest.approx(min(values)), pytest.approx(max(values)))
+    assert node["spread_pct"] == pytest.approx(100 * (max(values) - min(values)) / node["median"])
+    assert 0 <= node["overlap"] <= 1 and node["window_s"] > 0
+    assert node["simultaneous"] == (node["overlap"] >= 0.9)
+    if node["simultaneous"]:
+        assert node["aggregate"] == pytest.approx(sum(values)) and node["reason"] is None
+    else:
+        assert node["aggregate"] is None and "measured at different moments, not summed" in node["reason"]
+    for f in fins:
+        if len(fins) > 1 and node["simultaneous"]:
+            assert f["metrics"][f"{metric}_node"]["value"] == pytest.approx(sum(values))
+        else:
+            assert f"{metric}_node" not in f["metrics"]
+        assert not any(k.endswith("_total") for k in f["metrics"])
+    return node
+
+
 def check_budget(fins, budget_s, windows, modes=("budget",)):
     """The time-budget report of every rank's FINISHED details (docs/benchmarks.md, "Time budget"): the budget,
     its split over ``windows`` (the names of the timed windows), the counts each window chose (the same on every
@@ -160,12 +187,7 @@ def test_gemm(tmp_path, nproc):
         assert details["counts"][f"direct_{d}"]["mode"] == f"counts of {d}"
     # the CPU default is quick (the embedded default config runs it twice): generous on a loaded 2-core VM
     assert wall < 60, wall
-    if nproc > 1:
-        total = fin["metrics"]["tflops_fp32_total"]["value"]
-        assert total == pytest.approx(sum(f["value"] for f in fins))
-        assert all(f["metrics"]["tflops_bf16_total"] == fin["metrics"]["tflops_bf16_total"] for f in fins)
-    else:
-        assert not any(k.endswith("_total") for k in fin["metrics"])
+    check_node_figures(fins, "tflops_fp32")
 
 
 def test_gemm_wrong_result_fails_check(tmp_path):

@@ -1,11 +1,15 @@
 """report.html in a real headless browser (Debian's chromium, testbed/browser.py): a real `flagperf run` on
-localhost, its report rendered with every plot and no console error, no network load, a screenshot, and
-`flagperf report --html`; and a summary full of hostile strings that stay text in the browser."""
+localhost, its report rendered with every chart as inline SVG (axes, units, legends), no script, no console or
+CSP error, no network load, a screenshot (kept when a check fails), and `flagperf report --html`; and a summary
+full of hostile strings that stay text in the browser, inside the charts too."""
 
 import os
 import re
 import shutil
 import socket
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 
@@ -19,11 +23,30 @@ PNG = b"\x89PNG\r\n\x1a\n"
 EXTERNAL = re.compile(r"<(script|link|img|iframe|embed|object|source|audio|video|track)\b[^>]*\b(src|href)\s*=", re.I)
 
 
-def page_without_plotlyjs(text):
-    from plotly.offline import get_plotlyjs
-    js = get_plotlyjs()
-    assert text.count(js) == 1, "plotly.js must be embedded exactly once, inline"
-    return text.replace(js, "")
+@contextmanager
+def screenshot_kept_on_failure(shot: Path):
+    """Run the checks; when one fails, copy the screenshot where it outlives the test ($FLAGPERF_SCREENSHOT_DIR,
+    else the temporary directory) and name it in the failure."""
+    try:
+        yield
+    except AssertionError as exc:
+        keep_dir = Path(os.environ.get("FLAGPERF_SCREENSHOT_DIR") or tempfile.gettempdir())
+        keep = keep_dir / f"flagperf-report-{os.getpid()}-{shot.name}"
+        if shot.is_file():
+            shutil.copyfile(shot, keep)
+        raise AssertionError(f"{exc}\nscreenshot of the page: {keep if shot.is_file() else 'none taken'}") from exc
+
+
+def charts_of(dom: str) -> dict:
+    """{chart id: its serialized <svg> element} of a rendered DOM."""
+    return {m.group(1): m.group(0) for m in re.finditer(r'<svg [^>]*id="(chart\d+)".*?</svg>', dom, re.S)}
+
+
+def axis_labels(chart: str) -> tuple:
+    """(x axis label, y axis label or None) of one chart's SVG."""
+    x = re.search(r'<text class="xlabel"[^>]*>(.*?)</text>', chart, re.S)
+    y = re.search(r'<text class="ylabel"[^>]*>(.*?)</text>', chart, re.S)
+    return (x.group(1) if x else None), (y.group(1) if y else None)
 
 
 def test_report_html_of_a_real_run(tmp_path, chromium):
@@ -38,23 +61,35 @@ def test_report_html_of_a_real_run(tmp_path, chromium):
     html = run / "report.html"
     assert html.is_file() and f"{html}" in (run / "flagperf_run.log").read_text()
     text = html.read_text(encoding="utf-8")
-    page = page_without_plotlyjs(text)
-    assert not EXTERNAL.search(page), EXTERNAL.search(page)
-    assert "default-src 'none'" in page                        # the page may load nothing (CSP)
-    # one plot of the headline metric per round, one monitor plot per round and node
-    assert page.count("Plotly.newPlot(") == 3
-    rendered = browser.render(html, chromium=chromium)
-    assert rendered.console == [], "\n".join(rendered.console)
-    assert rendered.dom.count('class="plot-container') == 3, rendered.stderr[-3000:]
-    assert rendered.dom.count('class="main-svg"') >= 6
-    assert "gemm-pytorch-h-1x2: tflops_" in rendered.dom and "CPU util %" in rendered.dom
-    # nor did the scripts add any element that loads something
-    assert not EXTERNAL.search(re.sub(r"<script\b[^>]*>.*?</script>", "", rendered.dom, flags=re.S))
+    assert len(text.encode("utf-8")) < 1_000_000                 # light: no plotly.js, charts drawn as SVG
+    assert "<script" not in text and not EXTERNAL.search(text)
+    assert "default-src 'none'" in text and "script-src" not in text    # the page may run and load nothing
     shot = tmp_path / "report.png"
     console = browser.screenshot(html, shot, chromium=chromium).console
-    assert console == [], "\n".join(console)
-    data = shot.read_bytes()
-    assert data.startswith(PNG) and len(data) > 20_000
+    with screenshot_kept_on_failure(shot):
+        assert console == [], "\n".join(console)                  # no script or CSP error, nothing refused
+        data = shot.read_bytes()
+        assert data.startswith(PNG) and len(data) > 20_000
+        rendered = browser.render(html, chromium=chromium)
+        assert rendered.console == [], "\n".join(rendered.console)
+        charts = charts_of(rendered.dom)
+        # the headline metric per round, then per round the node's monitor charts (CPU, memory, ...)
+        assert len(charts) >= 3, rendered.stderr[-3000:]
+        (head,) = [c for c in charts.values() if re.search(r">gemm-pytorch-h-1x2: tflops_\w+ per round</text>", c)]
+        assert 'class="xaxis"' in head and 'class="yaxis"' in head
+        x, y = axis_labels(head)
+        assert x == "round" and re.fullmatch(r"tflops_\w+ \(TFLOP/s\)", y), (x, y)
+        assert "<polyline" in head and "<circle" in head             # the values, with their hover text
+        monitors = [c for c in charts.values() if "s since the round's ranks started" in c]
+        assert len(monitors) >= 2
+        labels = [axis_labels(c)[1] for c in monitors]
+        assert "CPU util (%)" in labels and "memory used (MiB)" in labels, labels
+        for c in monitors:
+            assert 'class="xaxis"' in c and 'class="yaxis"' in c and re.search(r">\d+</text>", c)
+        cpu = next(c for c in monitors if axis_labels(c)[1] == "CPU util (%)")
+        yticks = re.findall(r"<text [^>]*>([^<]*)</text>", cpu.split('class="yaxis"')[1].split("</g></g>")[0])
+        assert yticks[0] == "0" and yticks[-1] == "100", yticks           # utilisation: 0 to 100
+        assert "<script" not in rendered.dom and not EXTERNAL.search(rendered.dom)
     if os.environ.get("FLAGPERF_SCREENSHOT"):       # keep it to look at
         shutil.copyfile(shot, os.environ["FLAGPERF_SCREENSHOT"])
     # flagperf report --html makes it again from summary.json and the series.json it names
@@ -64,8 +99,8 @@ def test_report_html_of_a_real_run(tmp_path, chromium):
     assert code == 0, out + err
     assert out.strip() == str(html)
     again = html.read_text(encoding="utf-8")
-    assert page_without_plotlyjs(again).count("Plotly.newPlot(") == 3
-    assert len(again) == pytest.approx(len(text), abs=200)      # the same, but for the rounding in summary.json
+    assert again.count("</svg>") == text.count("</svg>")
+    assert len(again) == pytest.approx(len(text), abs=2000)     # the same, but for the rounding in summary.json
 
 
 def test_hostile_strings_stay_text_in_the_browser(tmp_path, chromium):
@@ -75,13 +110,20 @@ def test_hostile_strings_stay_text_in_the_browser(tmp_path, chromium):
     evil = "<script>document.title='pwned-script'</script>"
     evil_img = "<img src=x onerror=\"document.title='pwned-img'\">"
     s = hostile_summary(tmp_path, evil=evil, evil_img=evil_img)
-    s.series = summarise_series(s, tmp_path)        # the monitor plots too, with the hostile node names
+    s.series = summarise_series(s, tmp_path)        # the monitor charts too, with the hostile node names
     rep = HtmlReporter()
     path = rep.write(s, tmp_path)
-    rendered = browser.render(path, chromium=chromium)
-    assert rendered.console == [], "\n".join(rendered.console)
-    title = re.search(r"<title>(.*?)</title>", rendered.dom, re.S).group(1)
-    assert title == "flagperf run20260102100000-abcdef: failed"
-    assert "pwned" not in title
-    assert "&lt;script&gt;document.title='pwned-script'&lt;/script&gt;" in rendered.dom    # shown, as text
-    assert rendered.dom.count('class="plot-container') == len(rep.figures) > 0
+    shot = tmp_path / "hostile.png"
+    console = browser.screenshot(path, shot, chromium=chromium).console
+    with screenshot_kept_on_failure(shot):
+        assert console == [], "\n".join(console)
+        rendered = browser.render(path, chromium=chromium)
+        assert rendered.console == [], "\n".join(rendered.console)
+        title = re.search(r"<title>(.*?)</title>", rendered.dom, re.S).group(1)
+        assert title == "flagperf run20260102100000-abcdef: failed"
+        assert "pwned" not in title and "<script" not in rendered.dom and "<img" not in rendered.dom
+        assert "&lt;script&gt;document.title='pwned-script'&lt;/script&gt;" in rendered.dom    # shown, as text
+        charts = charts_of(rendered.dom)
+        assert len(charts) == len(rep.figures) > 0
+        drawn = "".join(charts.values())
+        assert "&lt;img src=x onerror=\"document.title='pwned-img'\"&gt;" in drawn      # inside the charts too

@@ -29,8 +29,8 @@ LAZY_IMPORTS = {
 LAYERS = (
     ("contract and records", (r"flagperf", r"flagperf\.(errors|paths|yamlio|records|checker|untrusted)")),
     ("options schemas", (r"flagperf\.options(\..+)?",)),
-    ("config", (r"flagperf\.(config|pyconfig|vendors|catalog|container_opts|references|convert)",)),
-    ("plan", (r"flagperf\.(plan|caselaunch|containers|images)",)),
+    ("config", (r"flagperf\.(config|pyconfig|vendors|catalog|container_opts|references|convert|suites)",)),
+    ("plan", (r"flagperf\.(plan|caselaunch|mpilaunch|containers|images)",)),
     ("backends", (r"flagperf\.backends(\..+)?", r"flagperf\.(hosts|runtimes)(\..+)?",
                   r"flagperf\.(checks|deploy|ownership)")),
     ("results", (r"flagperf\.(results|reporters)(\..+)?", r"flagperf\.(render|progress)")),

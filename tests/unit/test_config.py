@@ -378,9 +378,18 @@ def test_values_are_taken(tmp_path, write):
         ("--ipc=host", "MY_DEVICES", "https://pypi.example/simple")
 
 
-def test_runtime_default_is_docker(tmp_path, write):
+def test_runtime_default_is_bare_for_a_flagperf_yaml(tmp_path, write):
+    """A flagperf YAML without RUNTIME runs bare, as the embedded default; FlagPerf's own files (test_conf.py,
+    a host.yaml with its HOSTS, a base config) keep docker: their cases always ran in containers."""
     test = write(tmp_path, "test.yaml", conf(runtime=None))
-    assert load_config(test, detect=cpu_detector).test.runtime == "docker"
+    assert load_config(test, detect=cpu_detector).test.runtime == "bare"
+    host_yaml = write(tmp_path, "host.yaml", "HOSTS: [localhost]\n" + conf(runtime=None))
+    assert load_config(host_yaml, detect=cpu_detector).test.runtime == "docker"
+    py = write(tmp_path, "test_conf.py", 'VENDOR = "cpu"\nFLAGPERF_LOG_PATH = "result"\n'
+                                         'CASES = {"gemm:pytorch:local:1:1:1": None}\n')
+    assert load_config(py, detect=cpu_detector).test.runtime == "docker"
+    explicit = write(tmp_path, "docker.yaml", conf(runtime="docker"))
+    assert load_config(explicit, detect=cpu_detector).test.runtime == "docker"
 
 
 def test_vendor_auto_uses_the_detector(tmp_path, write):

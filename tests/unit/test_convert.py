@@ -57,11 +57,11 @@ def test_training_files_convert_and_plan_the_same(tmp_path, run_cli):
         "PIP_SOURCE": "https://pypi.tuna.tsinghua.edu.cn/simple", "FLAGPERF_LOG_PATH": str(root / "result"),
         "FLAGPERF_LOG_LEVEL": "debug", "SHM_SIZE": "32G", "CLEAR_CACHES": True,
         "CASES": {"gemm:pytorch_2.0:A100:1:8:1": "/raid/dataset/gemm/"},
-        "CASE_PATHS": [str(root / "benchmarks")], "CLUSTER": "cluster.yaml",
+        "CASE_PATHS": [str(root / "benchmarks")], "RUNTIME": "docker", "CLUSTER": "cluster.yaml",
     }
     assert f"# FLAGPERF_PATH '{root}' named your FlagPerf training/ checkout: its benchmarks/ is now a " \
            f"CASE_PATHS folder (below)." in test_text
-    assert "# RUNTIME is not set: flagperf's default, docker" in test_text
+    assert "# RUNTIME: FlagPerf always ran its cases in containers" in test_text     # kept: docker
     assert yaml.safe_load(cluster_text) == {"HOSTS": ["10.1.2.2", "10.1.2.3", "10.1.2.4"], "MASTER_PORT": 29501,
                                             "SSH_PORT": 22, "HOSTS_PORTS": ["2222"]}
     assert "# MASTER_PORT: was the string '29501'\nMASTER_PORT: 29501\n" in cluster_text

@@ -137,7 +137,7 @@ def test_a_toolkit_with_main_sh_at_the_vendor_level(tree):
     ("launch: node\ncommand: bash main.sh\n", ":2: command: expected a non-empty list of argv strings (no shell"),
     ("launch: node\ncommand: []\n", ":2: command: expected a non-empty list of argv strings"),
     ("launch: node\ncommand: [bash, {a: 1}]\n", ":2: command: expected a non-empty list of argv strings"),
-    ("launch: nodes\ncommand: [bash]\n", ":1: launch: expected one of ranks, node, got 'nodes'"),
+    ("launch: nodes\ncommand: [bash]\n", ":1: launch: expected one of ranks, node, mpi, got 'nodes'"),
     ("lanch: node\ncommand: [bash]\n", ":1: lanch: unknown key; did you mean launch?"),
     ("- launch\n", ": expected a mapping with launch: ranks or node"),
     ("launch: [node\n", ": YAML syntax error"),

@@ -193,18 +193,19 @@ def test_markdown_failure_of_a_killed_rank():
 
 
 def test_write_reports(tmp_path):
-    assert [r.name for r in file_reporters()] == ["markdown", "html"]
-    out = write_reports(sample_summary(), tmp_path)
+    assert [r.name for r in file_reporters()] == ["markdown", "html", "detail", "nccl_tests"]
+    out = write_reports(sample_summary(), tmp_path)         # nccl_tests: nothing to write (no collectives case)
     assert out == [ReportOutcome("markdown", tmp_path / "report.md", None),
-                   ReportOutcome("html", tmp_path / "report.html", None)]
+                   ReportOutcome("html", tmp_path / "report.html", None),
+                   ReportOutcome("detail", tmp_path / "detail_result.json", None)]
     assert (tmp_path / "report.md").read_text().startswith("# flagperf run20250101000000: failed")
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["report.html", "report.md"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["detail_result.json", "report.html", "report.md"]
 
 
 def test_write_reports_error_is_text(tmp_path):
     out = write_reports(sample_summary(), tmp_path / "missing")
-    assert [o.name for o in out] == ["markdown", "html"]
-    for o, file_name in zip(out, ("report.md", "report.html")):
+    assert [o.name for o in out] == ["markdown", "html", "detail"]
+    for o, file_name in zip(out, ("report.md", "report.html", "detail_result.json")):
         assert o.path is None and o.error.startswith(f"cannot write {file_name}: ")
 
 

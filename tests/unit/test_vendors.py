@@ -174,7 +174,8 @@ def test_device_other_only_in_untested_profiles(tmp_path, write):
 
 @pytest.mark.parametrize("head, key, words", [
     ("device: cuda\ndist_backend: mpi\n", "dist_backend",
-     ["expected one of nccl, gloo, hccl, cncl, xccl, mccl, got 'mpi'"]),
+     ["'mpi' is none of torch's backends (nccl, gloo, hccl, cncl, xccl, mccl): name the module that registers it "
+      "in dist_backend_module"]),
     ("device: cuda\ndist_backend: hccl\n", "dist_backend",
      ["expected nccl or gloo with torch device cuda, got 'hccl'"]),
     ("device: cpu\ndist_backend: nccl\n", "dist_backend", ["expected gloo or gloo with torch device cpu"]),
@@ -445,8 +446,8 @@ def test_pick_device_backend(env, expected):
 @pytest.mark.parametrize("env, message", [
     ({"FLAGPERF_DEVICE": "tpu"}, "FLAGPERF_DEVICE must be one of cpu, cuda, npu, mlu, xpu, musa, got 'tpu'"),
     ({"FLAGPERF_DEVICE": ""}, "FLAGPERF_DEVICE must be one of cpu, cuda, npu, mlu, xpu, musa, got ''"),
-    ({"FLAGPERF_DIST_BACKEND": "mpi"}, "FLAGPERF_DIST_BACKEND must be one of nccl, gloo, hccl, cncl, xccl, mccl, "
-                                       "got 'mpi'"),
+    ({"FLAGPERF_DIST_BACKEND": "no such"}, "FLAGPERF_DIST_BACKEND: expected a backend name or device:backend "
+                                           "pairs, got 'no such'"),
     ({"FLAGPERF_DIST_BACKEND": "nccl"}, "the nccl backend needs FLAGPERF_DEVICE=cuda, got cpu (use gloo)"),
     ({"FLAGPERF_DEVICE": "cuda", "FLAGPERF_DIST_BACKEND": "hccl"},
      "the hccl backend needs FLAGPERF_DEVICE=npu, got cuda (use nccl or gloo)"),

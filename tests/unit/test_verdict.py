@@ -490,7 +490,6 @@ def test_markdown_verdict_section_at_the_top_escaped():
 
 
 def test_html_verdict_section_at_the_top_escaped():
-    pytest.importorskip("plotly")
     page = HtmlReporter().page(hostile_summary(), None)
     assert page.index("<h2>Node verdicts</h2>") < page.index("<h2>Cases</h2>")
     assert "<script>alert(1)</script>" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page

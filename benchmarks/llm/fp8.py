@@ -1,0 +1,53 @@
+"""fp8 training for the llm benchmark (``precision: fp8``): the decoder blocks' linear layers swapped for torchao's
+Float8Linear (torchao.float8.convert_to_float8_training with a recipe: tensorwise, rowwise, rowwise_with_gw_hp),
+where the device is a CUDA GPU of compute capability >= 8.9 and torchao imports; elsewhere the run keeps its base
+precision and says why (``fp8_fallback_reason``). torchao is optional: nothing here imports it unless fp8 runs."""
+import torch
+
+MIN_CAPABILITY = (8, 9)       # Ada and Hopper onwards have fp8 tensor cores
+RECIPES = ("tensorwise", "rowwise", "rowwise_with_gw_hp")
+
+
+def import_torchao_float8():
+    """(Float8LinearConfig, convert_to_float8_training) from torchao.float8; ImportError where it is missing."""
+    from torchao.float8 import Float8LinearConfig, convert_to_float8_training
+    return Float8LinearConfig, convert_to_float8_training
+
+
+def plan(precision, device_type, capability=None, device_name=None, find_torchao=import_torchao_float8):
+    """(fp8 on?, why not): on where ``precision`` is fp8, the device a CUDA GPU of ``capability`` >= 8.9 and
+    ``find_torchao`` succeeds; else (False, the reason), and (False, None) when fp8 was not asked for."""
+    if precision != "fp8":
+        return False, None
+    if device_type != "cuda":
+        return False, f"fp8 needs a CUDA GPU of compute capability >= 8.9; this run is on {device_type}"
+    if capability is None or tuple(capability) < MIN_CAPABILITY:
+        have = "unknown" if capability is None else f"{capability[0]}.{capability[1]}"
+        return False, f"fp8 needs compute capability >= 8.9 (Ada, Hopper or later); {device_name} is {have}"
+    try:
+        find_torchao()
+    except Exception as e:  # not installed, or built for another torch
+        return False, f"torchao.float8 does not import ({type(e).__name__}: {e}); pip install torchao to run fp8"
+    return True, None
+
+
+def plan_for(c, ctx):
+    """plan() for this run's case (``c["precision"]``) and device."""
+    if c["precision"] != "fp8" or not ctx.is_cuda:
+        return plan(c["precision"], ctx.device.type)
+    return plan(c["precision"], "cuda", torch.cuda.get_device_capability(ctx.device),
+                torch.cuda.get_device_name(ctx.device))
+
+
+def keep(module, fqn):
+    """The linear layers that train in fp8: the decoder blocks' projections whose both sides are multiples of 16
+    (fp8 GEMMs need it); the LM head (called through lm_loss on its weight, in bf16) stays out."""
+    return (fqn.startswith("layers.") and isinstance(module, torch.nn.Linear)
+            and module.in_features % 16 == 0 and module.out_features % 16 == 0)
+
+
+def convert(model, recipe):
+    """Swap the blocks' nn.Linear for torchao's Float8Linear with ``recipe``; returns how many were swapped."""
+    config_cls, convert_fn = import_torchao_float8()
+    convert_fn(model, module_filter_fn=keep, config=config_cls.from_recipe_name(recipe))
+    return sum(1 for m in model.modules() if type(m).__name__ == "Float8Linear")

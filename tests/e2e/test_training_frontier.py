@@ -1,0 +1,68 @@
+"""End-to-end through ``flagperf run`` on CPU ranks (gloo): llm at a longer sequence with fp8 asked for (the CPU
+falls back to fp32 and says why), its three MFU conventions and its straggler view with one rank planted slow
+(the harness's test hook, llm:slow: local rank 1 sleeps inside its probe), and resnet50 channels-last with the fused
+SGD, eager on the CPU. DALI and CUDA graphs are GPU paths: only their CPU behaviour (a one-line config error, and
+no CUDA graphs) is tested here."""
+import json
+
+from .conftest import only_run_dir, run_cli, write_conf
+from .test_benchmarks_cpu import free_port
+
+
+def own_vendor_folder(home, model):
+    """home/vendors/cpu/<model> as a real folder of this test (the repository's own is linked, never written)."""
+    folder = home / "vendors" / "cpu" / model
+    if folder.is_symlink():
+        folder.unlink()
+    folder.mkdir(exist_ok=True)
+    return folder
+
+
+def test_llm_long_seq_fp8_fallback_straggler_and_resnet50_fused(tmp_path, flagperf_home, monkeypatch):
+    (own_vendor_folder(flagperf_home, "llm") / "config_long.yaml").write_text(
+        "seq_len: 256\nmicro_batch: 4\nprecision: fp8\nfp8_recipe: rowwise\ntime_budget_s: 3\n")
+    (own_vendor_folder(flagperf_home, "resnet50") / "config_fused.yaml").write_text(
+        "channels_last: true\noptimizer: fused\ntime_budget_s: 60\n")     # early stop ends it at the target
+    (tmp_path / "cluster.yaml").write_text(f"HOSTS: [localhost]\nMASTER_PORT: {free_port()}\n")
+    conf = write_conf(tmp_path, {"llm:pytorch:long:1:2:1": "null", "resnet50:pytorch:fused:1:1:1": "null"},
+                      CLUSTER="cluster.yaml")
+    monkeypatch.setenv("FLAGPERF_TEST_INJECT", "llm:slow")       # local rank 1: its probe passes 3x as long
+    # one OpenMP thread per rank: on a small loaded VM a 2-thread team occasionally stalls a run by 10x
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    code, out, err = run_cli(["run", "--config", conf], home=flagperf_home, timeout=400)
+    assert code == 0, out + err
+    assert "Traceback" not in out + err
+    summary = json.loads((only_run_dir(tmp_path / "result") / "summary.json").read_text())
+    llm, r50 = summary["cases"]
+    assert (llm["status"], r50["status"]) == ("passed", "passed")
+
+    d = llm["rounds"][0]["finished"]["checks"]["details"]
+    assert d["converged"] is True
+    # fp8 asked for, the CPU cannot: the base precision, and why
+    assert (d["precision"], d["precision_used"]) == ("fp8", "fp32")
+    assert d["fp8_fallback_reason"] == "fp8 needs a CUDA GPU of compute capability >= 8.9; this run is on cpu"
+    assert "fp8" not in d
+    # the three conventions at seq 256, recomputable from the payload
+    mfu = d["mfu"]
+    assert mfu["seq_len"] == 256
+    conv, p = mfu["conventions"], d["params"]
+    attention = 12 * mfu["n_layers"] * mfu["n_heads"] * mfu["head_dim"] * 256
+    assert conv["headline"]["flops_per_token"] == 6 * (p["block_matmul"] + p["lm_head"]) + attention
+    assert conv["torchtitan"]["flops_per_token"] == 6 * (p["total"] - p["embedding"]) + attention
+    assert conv["flagperf_6n"]["flops_per_token"] == 6 * p["total"]
+    tokens_per_device = llm["rounds"][0]["finished"]["value"] / 2
+    for c in conv.values():
+        assert c["mfu_pct"] is None          # no peak on a CPU
+        assert abs(c["model_tflops_per_device"] - c["flops_per_token"] * tokens_per_device / 1e12) < 1e-12
+    # the straggler: rank 1 (local rank 1) named and flagged; every rank's step times gathered
+    s = d["stragglers"]
+    assert s["slowest_rank"] == 1 and s["flagged"] == [1] and s["slowest"]["local_rank"] == 1
+    assert s["slowest"]["vs_median_pct"] > s["margin_pct"] == 5.0
+    assert [r["rank"] for r in s["per_rank"]] == [0, 1]
+    assert all(r["steps"]["n"] == d["steps_measured"] and r["probe"]["n"] == 10 for r in s["per_rank"])
+    assert llm["rounds"][0]["finished"]["metrics"]["straggler_ranks"]["value"] == 1
+
+    r = r50["rounds"][0]["finished"]["checks"]["details"]
+    assert r["converged"] is True and r["memory_format"] == "channels_last"
+    assert r["optimizer"]["impl"] == "fused" and r["optimizer"]["requested"] == "fused"
+    assert r["compile"]["enabled"] is False and r["compile"]["cuda_graphs"] is False     # eager on the CPU
