@@ -464,13 +464,14 @@ def main():
                "final_loss": final_loss, "eval_loss": eval_loss, "data": data.describe(),
                "loss_floor": None if math.isnan(data.floor) else data.floor, "steps_measured": r["steps"],
                "warmup_steps": r["warmup_steps"],
-               "parallel": parallel, "compile": use_compile, "precision": c["precision"],
-               "precision_used": "fp8" if fp8 else ("bf16" if gpu else "fp32"),
+               "parallel": parallel, "compile": use_compile, "precision_requested": c["precision"],
+               "precision": "fp8" if fp8 else ("bf16" if gpu else "fp32"),
                "activation_checkpointing": c["activation_checkpointing"], "optimizer": trainer.opt_name,
                "attention_backend": c["attention_backend"],
                "shape": {k: getattr(shape, k) for k in SHAPE_KEYS + ("norm_eps", "tie_embeddings")},
                "params": counts, "time_budget_s": c["time_budget_s"], "measured_s": r["measured_s"],
                "device_window": r["device_window"]}
+    details["precision_used"] = details["precision"]
     if fp8:
         details["fp8"] = {"recipe": c["fp8_recipe"], "float8_linears": fp8_linears,
                           "api": "torchao.float8.convert_to_float8_training (Float8LinearConfig.from_recipe_name)",

@@ -620,11 +620,11 @@ class HtmlReporter(Reporter):
         labels = dict(GPU_FIELDS)
         vendor = ns.gpu_vendor or "gpu"
         for k in (known + other)[:MAX_GPU_ROWS]:
-            label, _, unit = labels.get(k, k).rpartition(" ") if k in labels else (k, "", "")
+            label, _, unit = labels[k].rpartition(" ") if k in labels else (k, "", "")
             traces = [(f"gpu {g}", g, *series[("gpu", k, g)])
                       for g in sorted(g for (s, kk, g) in series if s == "gpu" and kk == k)]
             charts.append((f"{vendor} {label}", unit, traces, (0, 100) if k == "util_pct" else None))
-        bands = [svg.Band(ns.phases[start], ns.phases.get(end, ns.end), name, color)
+        bands = [svg.Band(ns.phases[start], ns.phases.get(end, ns.end) or 0.0, name, color)
                  for start, end, color, name in PHASES
                  if ns.phases.get(start) is not None and ns.phases.get(end, ns.end) is not None]
         vlines = [t for t in (ns.start, ns.end) if t is not None]
@@ -661,7 +661,7 @@ def _energy_table(mon: dict) -> str:
     for d in (mon.get("gpu") or {}).get("devices") or []:
         if not isinstance(d, dict):
             continue
-        win = d.get("window") if isinstance(d.get("window"), dict) else {}
+        win: dict = d["window"] if isinstance(d.get("window"), dict) else {}
         wj, ws = _number(win.get("energy_j")), _number(win.get("seconds"))
         rj, rs = _number(d.get("energy_j")), _number(d.get("seconds"))
         if wj is None and rj is None:

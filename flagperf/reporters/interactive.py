@@ -153,9 +153,10 @@ class InteractiveReporter(HtmlReporter):
 
     def write(self, summary, run_dir):
         try:
-            return super().write(summary, run_dir)
+            _plotly()
         except ImportError as exc:
             raise ReportError(f"plotly is not installed ({exc}); pip install plotly") from None
+        return super().write(summary, run_dir)
 
     def page(self, summary, series: dict | None) -> str:
         self._plt = _plotly()

@@ -213,11 +213,12 @@ def decimate(points: list, x0: float, x1: float, columns: int) -> list:
     if len(points) > 2 * columns and x1 > x0:
         kept: list = []
         width = (x1 - x0) / columns
-        current, lo, hi = None, None, None
+        current = None
+        lo = hi = points[0]
         for p in points:
             col = min(columns - 1, max(0, int((p[0] - x0) / width)))
             if col != current:
-                if lo is not None:
+                if current is not None:
                     kept.extend(sorted({lo, hi}, key=lambda q: q[0]))
                 current, lo, hi = col, p, p
             else:
@@ -225,8 +226,7 @@ def decimate(points: list, x0: float, x1: float, columns: int) -> list:
                     lo = p
                 if p[1] > hi[1]:
                     hi = p
-        if lo is not None:
-            kept.extend(sorted({lo, hi}, key=lambda q: q[0]))
+        kept.extend(sorted({lo, hi}, key=lambda q: q[0]))
         if kept[-1] != points[-1]:
             kept.append(points[-1])             # the series ends where it ends
         if kept[0] != points[0]:

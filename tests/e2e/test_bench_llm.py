@@ -39,7 +39,8 @@ def test_llm_tiny_trains_and_converges(tmp_path, nproc):
     assert mfu["conventions"]["headline"]["flops_per_token"] == mfu["flops_per_token"]
     assert mfu["conventions"]["flagperf_6n"]["flops_per_token"] == 6 * d["params"]["total"]
     assert all(c["mfu_pct"] is None and c["formula"] for c in mfu["conventions"].values())
-    assert (d["precision"], d["precision_used"]) == ("auto", "fp32") and "fp8_fallback_reason" not in d
+    assert (d["precision_requested"], d["precision"], d["precision_used"]) == ("auto", "fp32", "fp32")
+    assert "fp8_fallback_reason" not in d
     # every rank's step times and probe, gathered; one rank has no one to be slower than
     s = d["stragglers"]
     assert [r["rank"] for r in s["per_rank"]] == list(range(nproc)) and s["slowest_rank"] in range(nproc)

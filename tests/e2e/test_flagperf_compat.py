@@ -120,7 +120,7 @@ def test_flagperf_monitor_files_and_sys_info_on_a_local_run(tmp_path, flagperf_h
     traces = {(t["sensor"], t["key"]): len(t["y"]) for t in ns["traces"]}
     assert traces[("cpu", "util_pct")] >= 4 and traces[("mem", "used_mib")] >= 4, traces
     page = (run / "report.html").read_text(encoding="utf-8")
-    assert "CPU util %" in page and "No monitor data in its node directory" not in page
+    assert "CPU util (%)" in page and "No monitor data in its node directory" not in page
 
     facts = _facts(node / "sys_info.log")
     assert facts["kernel"] == platform.release() and facts["hostname"] == platform.node()

@@ -1,7 +1,8 @@
 """report.html in a real headless browser (Debian's chromium, testbed/browser.py): a real `flagperf run` on
 localhost, its report rendered with every chart as inline SVG (axes, units, legends), no script, no console or
 CSP error, no network load, a screenshot (kept when a check fails), and `flagperf report --html`; and a summary
-full of hostile strings that stay text in the browser, inside the charts too."""
+full of hostile strings that stay text in the browser, inside the charts too; and report-interactive.html, whose
+plotly figures draw with every script admitted by the CSP."""
 
 import os
 import re
@@ -127,3 +128,23 @@ def test_hostile_strings_stay_text_in_the_browser(tmp_path, chromium):
         assert len(charts) == len(rep.figures) > 0
         drawn = "".join(charts.values())
         assert "&lt;img src=x onerror=\"document.title='pwned-img'\"&gt;" in drawn      # inside the charts too
+
+
+def test_report_interactive_html_draws_every_chart_with_plotly(tmp_path, chromium):
+    from flagperf.reporters.interactive import InteractiveReporter
+    from flagperf.results.series import summarise_series
+    from tests.unit.test_html_report import make_summary
+
+    s = make_summary(tmp_path)
+    s.series = summarise_series(s, tmp_path)
+    rep = InteractiveReporter()
+    path = rep.write(s, tmp_path)
+    shot = tmp_path / "interactive.png"
+    console = browser.screenshot(path, shot, chromium=chromium).console
+    with screenshot_kept_on_failure(shot):
+        assert console == [], "\n".join(console)            # every script admitted by its hash, none refused
+        rendered = browser.render(path, chromium=chromium)
+        assert rendered.console == [], "\n".join(rendered.console)
+        assert rendered.dom.count('class="plot-container') == len(rep.figures) > 10, rendered.stderr[-3000:]
+        assert "CPU util (%)" in rendered.dom and "nvidia power (W)" in rendered.dom
+        assert not EXTERNAL.search(re.sub(r"<script\b[^>]*>.*?</script>", "", rendered.dom, flags=re.S))

@@ -39,7 +39,7 @@ def test_llm_long_seq_fp8_fallback_straggler_and_resnet50_fused(tmp_path, flagpe
     d = llm["rounds"][0]["finished"]["checks"]["details"]
     assert d["converged"] is True
     # fp8 asked for, the CPU cannot: the base precision, and why
-    assert (d["precision"], d["precision_used"]) == ("fp8", "fp32")
+    assert (d["precision_requested"], d["precision_used"], d["precision"]) == ("fp8", "fp32", "fp32")
     assert d["fp8_fallback_reason"] == "fp8 needs a CUDA GPU of compute capability >= 8.9; this run is on cpu"
     assert "fp8" not in d
     # the three conventions at seq 256, recomputable from the payload

@@ -113,3 +113,29 @@ def test_step_time_summary_and_printable():
     assert stragglers.summary([])["median_s"] is None
     assert stragglers.printable("node-1") == "node-1"
     assert stragglers.printable("evil\x1b[2Jhost") is None and stragglers.printable("x" * 97) is None
+
+
+class FakeCtx:
+    def __init__(self, local_rank):
+        self.local_rank, self.syncs = local_rank, 0
+
+    def sync(self):
+        self.syncs += 1
+
+
+def test_time_probe_counts_untimed_first_pass_and_the_planted_slow_rank(monkeypatch):
+    from common import harness
+
+    calls = []
+    ctx = FakeCtx(local_rank=0)
+    times = stragglers.time_probe(lambda: calls.append(1), ctx, 4)
+    assert len(calls) == 5 and len(times) == 4 and ctx.syncs == 10     # one untimed pass, a sync on both sides
+    assert stragglers.time_probe(lambda: calls.append(1), ctx, 0) == [] and len(calls) == 5
+    # the test hook's slow fault: local rank 1 sleeps (3 - 1) x each pass inside its timing; rank 0 does not
+    monkeypatch.setenv("FLAGPERF_TEST_INJECT", "probe:slow")
+    monkeypatch.setitem(harness.RUNNING, "benchmark", "probe")
+    import time
+    slow = stragglers.time_probe(lambda: time.sleep(0.02), FakeCtx(local_rank=1), 2)
+    assert all(t >= 3 * 0.02 for t in slow)
+    fast = stragglers.time_probe(lambda: time.sleep(0.02), FakeCtx(local_rank=0), 2)
+    assert all(t >= 0.02 for t in fast) and len(fast) == 2
