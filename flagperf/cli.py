@@ -494,6 +494,7 @@ def convert(files, out_dir, force):
 
 
 INIT_CASES = ("gemm", "devmem", "collectives")     # quick cases of this tree that run on a GPU and on the CPU
+INIT_HW = "quick"       # the embedded default's hw label: short budgets (vendors/<vendor>/<model>/config_quick.yaml)
 INIT_TEST = """\
 # flagperf test config, written by `flagperf init` for this machine. Relative paths are relative to this
 # file's folder. Check it with: flagperf run --config {test} --dry-run
@@ -516,7 +517,9 @@ CLUSTER: cluster.yaml
 
 # "model:framework:hw:nnodes:nproc:repeat": data directory (null: the benchmark makes its own data).
 # nproc auto: one rank per accelerator of the host (2 ranks on a CPU-only machine); repeat: rounds of the case.
-# `flagperf list` shows every benchmark of this tree.
+# hw "quick": short time budgets (vendors/<vendor>/<model>/config_quick.yaml where it exists, else the vendor's
+# and the benchmark's defaults); "local" or another label picks that label's file. `flagperf list` shows every
+# benchmark of this tree.
 CASES:
 {cases}"""
 INIT_CLUSTER = """\
@@ -547,8 +550,8 @@ def init(out_dir, force):
     vendor, why = detect_vendor()
     why = "".join(ch if ch.isprintable() else "?" for ch in why)
     known = benchmark_names(SOURCE_ROOT)
-    cases = "".join(f'  "{m}:pytorch:local:1:auto:1": null\n' for m in INIT_CASES if m in known) or \
-        "".join(f'  "{m}:pytorch:local:1:auto:1": null\n' for m in known[:1])
+    cases = "".join(f'  "{m}:pytorch:{INIT_HW}:1:auto:1": null\n' for m in INIT_CASES if m in known) or \
+        "".join(f'  "{m}:pytorch:{INIT_HW}:1:auto:1": null\n' for m in known[:1])
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
         shown = "".join(ch if ch.isprintable() else "?" for ch in str(test_file))     # in comments

@@ -68,8 +68,13 @@ def open_run_dir(ctx: RunContext) -> None:
 
 
 def close_run_log(ctx: RunContext) -> None:
+    """Close the run log's handlers. A disk that filled up loses the log's last buffered lines (the terminal
+    has them), never the exit code: closing is not the run's failure."""
     for h in ctx.log.handlers:
-        h.close()
+        try:
+            h.close()
+        except OSError:
+            pass
     ctx.log.handlers[:] = []
 
 

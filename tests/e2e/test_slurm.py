@@ -118,7 +118,9 @@ def test_two_nodes_two_ranks_gloo_collectives(tmp_path, bed, flagperf_home):
     # one job: its batch script, specs and output beside the node directories, and nowhere else
     script = (round_dir / "slurm" / "job.sh").read_text()
     assert "--job-name=flagperf-launcher" in script and "--overlap" in script
-    assert sorted(p.name for p in round_dir.iterdir()) == ["fpnode1_noderank0", "fpnode2_noderank1", "slurm"]
+    # (detail_result.json: FlagPerf's per-round statistics, written by the driver from the node directories)
+    assert sorted(p.name for p in round_dir.iterdir()) == ["detail_result.json", "fpnode1_noderank0",
+                                                           "fpnode2_noderank1", "slurm"]
     log = (run / "flagperf_run.log").read_text()
     assert re.search(r"slurm: \$ sbatch --parsable .*--nodes=2 --ntasks-per-node=1 .*--partition=fpq --exclusive",
                      log), log

@@ -388,7 +388,7 @@ def test_llm_trains_across_two_ssh_hosts(tmp_path, ssh_bed, flagperf_home):
     """The llm benchmark over 2 real sshd hosts, one rank each: FSDP2 over gloo across nodes, one FINISHED."""
     _cluster(ssh_bed, tmp_path)
     override = flagperf_home / "vendors" / "cpu" / "llm"
-    override.mkdir()
+    override.mkdir(exist_ok=True)
     (override / "config_x.yaml").write_text("time_budget_s: 4\n")
     conf = write_conf(tmp_path, {"llm:pytorch:x:2:1:1": "null"}, CLUSTER="cluster.yaml")
     code, out, err = run_cli(["run", "--config", conf], home=flagperf_home, timeout=300)

@@ -118,7 +118,7 @@ def test_init_writes_configs_that_pass_the_dry_run(run_cli, tmp_path):
     assert "- localhost" in (out_dir / "cluster.yaml").read_text()
     code, out, err = run_cli("run", "--config", out_dir / "test_conf.yaml", "--dry-run", cwd=tmp_path)
     assert code == 0, err
-    assert "hosts: localhost" in out and "case gemm-pytorch-local-1x" in out
+    assert "hosts: localhost" in out and "case gemm-pytorch-quick-1x" in out
     assert f"run directory: {out_dir / 'result'}/run" in out
     # never overwritten without --force
     (out_dir / "cluster.yaml").write_text("HOSTS: [localhost]\nMASTER_PORT: 29999\n")
