@@ -259,15 +259,20 @@ class LiveProgress(Progress):
         every = [t for v in self.measured.values() for t in v]
         if not every:
             return where
-        left = 0.0
+        left, over = 0.0, None
         for case, n in self.planned.items():
             times = self.measured.get(case) or every
             per = sum(times) / len(times)
             todo = n - len(self.measured.get(case, ()))
             if self.label and case == self.case and todo > 0:
                 todo -= 1
-                left += max(0.0, per - (time.monotonic() - self.t0))
+                rest = per - (time.monotonic() - self.t0)
+                if rest < 0:
+                    over = per      # this round runs past its estimate: the ETA is a lower bound
+                left += max(0.0, rest)
             left += max(0, todo) * per
+        if over is not None:
+            return f"{where}, ETA {clock(left)}+ (this round is past its {clock(over)} estimate)"
         return f"{where}, ETA {clock(left)}"
 
     def lines(self) -> list:

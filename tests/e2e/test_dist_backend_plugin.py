@@ -5,6 +5,7 @@ registered by its dist_backend_module: the collectives and p2p benchmarks run un
 FlagCX's torch plug-in registers flagcx)."""
 
 import json
+import os
 import socket
 from pathlib import Path
 
@@ -31,7 +32,11 @@ def make_vendor(home, marks):
 
 
 @pytest.mark.parametrize("model", ["collectives", "p2p"])
-def test_benchmark_over_a_registered_backend(tmp_path, flagperf_home, model):
+def test_benchmark_over_a_registered_backend(tmp_path, flagperf_home, model, monkeypatch):
+    # the vendor's rank_env is a default that an inherited PYTHONPATH (CI sets one) wins over: the plug-in's
+    # folder goes first in the driver's own as well, as a user's site path would carry an installed plug-in
+    inherited = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(PLUGIN_DIR), *inherited]))
     marks = tmp_path / "marks"
     marks.mkdir()
     make_vendor(flagperf_home, marks)

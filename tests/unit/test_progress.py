@@ -197,6 +197,8 @@ def test_the_eta_counts_the_rounds_left():
     live.t0 -= 20
     eta = live.eta()           # this round: ~40 s left, then b: 3 x 60 s (a's time: b has none measured yet)
     assert eta.startswith("round 2 of 5, ETA 3m") and 215 <= _seconds(eta) <= 220, eta
+    live.t0 -= 70              # 90 s into a round estimated at 60 s: a lower bound, said so
+    assert live.eta() == "round 2 of 5, ETA 3m00s+ (this round is past its 1m00s estimate)", live.eta()
 
 
 def _seconds(eta: str) -> int:
