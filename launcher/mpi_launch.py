@@ -34,6 +34,9 @@ BAD_JOB_EXIT = 2
 
 # Every rank: export RANK/LOCAL_RANK/NODE_RANK, output to <node dir>/rank<R>.out.log, run the argv in the
 # background so that a SIGTERM from mpirun reaches it, then record "<exit code> <stopped>" in rank<R>.exit.
+# A rank ended by SIGHUP, SIGINT or SIGTERM (129, 130, 143) was stopped: that is how mpirun and its daemons end
+# the other ranks of a job (they may signal the rank before its wrapper); a rank that fails on its own exits with
+# its code or dies of another signal (SIGSEGV, SIGABRT, SIGKILL by the OOM killer).
 # Arguments: node dir, node rank, argv...
 RANK_WRAPPER = "; ".join([
     'd=$1; nr=$2; shift 2',
@@ -48,6 +51,7 @@ RANK_WRAPPER = "; ".join([
     'trap \'t=1; kill -TERM "$c" 2>/dev/null\' TERM INT HUP',
     'wait "$c"; s=$?',
     'while kill -0 "$c" 2>/dev/null; do wait "$c"; s=$?; done',
+    'case $s in 129|130|143) t=1;; esac',
     'echo "$s $t" >"$d/rank$r.exit"',
     'exit "$s"',
 ])
