@@ -1069,6 +1069,39 @@ def node_index(ctx=None):
     return rank // per_node if per_node > 0 else 0
 
 
+IDENTITY_CHARS = 96     # at most this many characters of a reported identity (GPU uuid, PCI bus id, name, host)
+
+
+def printable(text, limit=IDENTITY_CHARS):
+    """``text`` when it is short printable ASCII, else None (nothing a host or device reports is passed raw)."""
+    text = str(text).strip() if text is not None else ""
+    return text if text and len(text) <= limit and text.isascii() and text.isprintable() else None
+
+
+def gpu_identity(ctx):
+    """Which card this rank's device is, as CUDA tells: {"uuid", "pci_bus_id", "name"} (NVML's forms: "GPU-<uuid>",
+    "00000000:19:00.0"); the keys a device or torch version does not give are left out ({} off CUDA)."""
+    if not ctx.is_cuda:
+        return {}
+    import torch
+
+    out = {}
+    try:
+        props = torch.cuda.get_device_properties(ctx.device)
+    except Exception:
+        return out
+    uuid = printable(getattr(props, "uuid", None))
+    if uuid:
+        out["uuid"] = uuid if uuid.startswith(("GPU-", "MIG-")) else f"GPU-{uuid}"
+    parts = [getattr(props, k, None) for k in ("pci_domain_id", "pci_bus_id", "pci_device_id")]
+    if all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in parts):
+        out["pci_bus_id"] = f"{parts[0]:08X}:{parts[1]:02X}:{parts[2]:02X}.0"
+    name = printable(getattr(props, "name", None))
+    if name:
+        out["name"] = name
+    return out
+
+
 def window_overlap(windows):
     """The share of the longest of ``windows`` ([(start, end)] in seconds) during which all of them ran: (earliest
     end - latest start) / longest, at least 0; 1.0 for one window; None without windows or when the longest is

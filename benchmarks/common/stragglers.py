@@ -34,10 +34,7 @@ def percentile(xs, q):
     return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
 
 
-def printable(text, limit=96):
-    """``text`` when it is short printable ASCII, else None (nothing a host reports is passed through raw)."""
-    text = str(text or "").strip()
-    return text if text and len(text) <= limit and text.isascii() and text.isprintable() else None
+printable = harness.printable     # a host name or device text, kept only when short printable ASCII
 
 
 def summary(times):
@@ -95,29 +92,6 @@ def time_probe(fn, ctx, steps):
     return times
 
 
-def gpu_identity(ctx):
-    """Which card this rank ran on, as CUDA tells ({"uuid": "GPU-...", "pci_bus_id", "name"}; {} off CUDA)."""
-    if not ctx.is_cuda:
-        return {}
-    import torch
-
-    out = {}
-    try:
-        props = torch.cuda.get_device_properties(ctx.device)
-    except Exception:
-        return out
-    uuid = printable(getattr(props, "uuid", None))
-    if uuid:
-        out["uuid"] = uuid if uuid.startswith(("GPU-", "MIG-")) else f"GPU-{uuid}"
-    parts = [getattr(props, k, None) for k in ("pci_domain_id", "pci_bus_id", "pci_device_id")]
-    if all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in parts):
-        out["pci_bus_id"] = f"{parts[0]:08X}:{parts[1]:02X}:{parts[2]:02X}.0"
-    name = printable(getattr(props, "name", None))
-    if name:
-        out["name"] = name
-    return out
-
-
 def gather(ctx, row):
     """Every rank's ``row`` (a small JSON-able dict), indexed by global rank (all_gather_object: every rank calls)."""
     if not ctx.initialized or ctx.world_size == 1:
@@ -133,7 +107,7 @@ def gathered_view(ctx, step_times, probe_times, margin_pct, probe_what):
     """This rank's row (identity, step-time summary, probe) gathered from every rank and judged by view(): the same
     record on every rank. Rank 0 warns on stderr when a rank is flagged. Every rank must call it."""
     row = {"rank": ctx.rank, "node": harness.node_index(ctx), "host": printable(socket.gethostname()),
-           "local_rank": ctx.local_rank, "gpu": gpu_identity(ctx), "steps": summary(step_times),
+           "local_rank": ctx.local_rank, "gpu": harness.gpu_identity(ctx), "steps": summary(step_times),
            "probe": {"n": len(probe_times), "median_s": statistics.median(probe_times) if probe_times else None,
                      "min_s": min(probe_times) if probe_times else None}}
     out = view(gather(ctx, row), margin_pct, probe_what)

@@ -27,7 +27,6 @@ DEFAULT_PAIR_S = 1.0    # max_seconds_per_pair when the case config has none (th
 MAX_PAIR_S = 5.0        # max_seconds_per_pair may not exceed this
 PAIR_OVERHEAD = 1.5     # a pair's wall time / its timed samples: warm-up (<= 1/4), calibration, barriers, check
 NETWORK_ENV = ("NCCL_P2P_DISABLE", "NCCL_SHM_DISABLE")   # force_network: set to "1" before the process group
-IDENTITY_CHARS = 96     # at most this many characters of a GPU's uuid, PCI bus id or name
 
 
 # --------------------------------------------------------------------------- configuration
@@ -106,40 +105,12 @@ def node_of(rank):
     return rank // lws if lws > 0 else None
 
 
-def _text(v):
-    """A device-reported string, kept only when it is short printable ASCII (else None)."""
-    v = str(v).strip() if v is not None else ""
-    return v if v and len(v) <= IDENTITY_CHARS and v.isascii() and v.isprintable() else None
-
-
-def gpu_identity(ctx):
-    """Which card this rank's device is, as CUDA tells: {"uuid", "pci_bus_id", "name"} (NVML's forms: "GPU-<uuid>",
-    "00000000:19:00.0"); the keys a device or torch version does not give are left out ({} on the CPU)."""
-    if not ctx.is_cuda:
-        return {}
-    out = {}
-    try:
-        props = torch.cuda.get_device_properties(ctx.device)
-    except Exception:
-        return out
-    uuid = _text(getattr(props, "uuid", None))
-    if uuid:
-        out["uuid"] = uuid if uuid.startswith(("GPU-", "MIG-")) else f"GPU-{uuid}"
-    parts = [getattr(props, k, None) for k in ("pci_domain_id", "pci_bus_id", "pci_device_id")]
-    if all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in parts):
-        out["pci_bus_id"] = f"{parts[0]:08X}:{parts[1]:02X}:{parts[2]:02X}.0"
-    name = _text(getattr(props, "name", None))
-    if name:
-        out["name"] = name
-    return out
-
-
 def gather_where(ctx):
     """Every rank's node, host, local rank, GPU identity and the NETWORK_ENV values it runs with, indexed by global
     rank (an all_gather_object: also the first collective of the group, before any send/recv)."""
     where = [None] * ctx.world_size
     dist.all_gather_object(where, {"node": node_of(ctx.rank), "host": socket.gethostname(),
-                                   "local_rank": ctx.local_rank, "gpu": gpu_identity(ctx),
+                                   "local_rank": ctx.local_rank, "gpu": harness.gpu_identity(ctx),
                                    "network_env": {name: os.environ.get(name) for name in NETWORK_ENV}})
     return where
 

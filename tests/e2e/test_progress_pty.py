@@ -3,55 +3,28 @@ tmux pane's widths) on a localhost CPU config. The panel shows the phases, the r
 no line of the panel or the table is wider than the terminal, and every figure of the summary appears in full.
 """
 
-import fcntl
 import json
 import os
 import re
-import select
-import struct
-import subprocess
 import sys
-import termios
-import time
 
 import pytest
 from rich.cells import cell_len
 
 from flagperf.reporters.terminal import _num
 
+from testbed.ptyrun import ESCAPES, PtyTimeout, run_in_pty
+
 from .conftest import only_run_dir, write_conf
 
-ESCAPES = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(\x07|\x1b\\)|\x1b[@-Z\\-_]")
 
 
 def run_in_terminal(argv, env, columns: int, timeout: float = 240.0) -> tuple:
     """Run ``argv`` with a pty of ``columns`` x 40 as its terminal; (exit status, what it wrote, as text)."""
-    master, slave = os.openpty()
-    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, columns, 0, 0))
-    proc = subprocess.Popen(argv, env=env, stdin=slave, stdout=slave, stderr=slave, start_new_session=True)
-    os.close(slave)
-    out = bytearray()
-    deadline = time.monotonic() + timeout
     try:
-        while True:
-            if time.monotonic() > deadline:
-                proc.kill()
-                pytest.fail(f"{argv} did not finish within {timeout} s:\n{out.decode(errors='replace')[-3000:]}")
-            ready, _, _ = select.select([master], [], [], 1.0)
-            if not ready:
-                if proc.poll() is not None:
-                    break
-                continue
-            try:
-                chunk = os.read(master, 65536)
-            except OSError:                     # EIO: the child closed the terminal
-                break
-            if not chunk:
-                break
-            out += chunk
-    finally:
-        os.close(master)
-    return proc.wait(), out.decode(errors="replace")
+        return run_in_pty(argv, env, columns, 40, timeout)
+    except PtyTimeout as exc:
+        pytest.fail(f"{exc}:\n{exc.output[-3000:]}")
 
 
 def screen_lines(text: str) -> list:

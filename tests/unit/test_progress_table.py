@@ -1,56 +1,28 @@
 """The result table in a real terminal: `flagperf report RUN_DIR` in a pty of 40, 80 and 160 columns. Every
 figure of the summary appears in full (4 significant digits, never cut to `0.1…`), no line is wider than the
 terminal, and the notes are all there (a column at 160, lines under the table at 80)."""
-import fcntl
 import os
 import re
-import select
-import struct
-import subprocess
 import sys
-import termios
-import time
 
 import pytest
 from rich.cells import cell_len
 
 from flagperf.reporters.terminal import _num
 from flagperf.results.summary import Summary
+from testbed.ptyrun import ESCAPES, PtyTimeout, run_in_pty
 
 from tests.unit.test_summary_report import PASS_NAME, fin, sample_summary
 
-ESCAPES = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(\x07|\x1b\\)|\x1b[@-Z\\-_]")
 
 
 def in_terminal(argv, columns: int, env: dict, timeout: float = 60.0) -> tuple:
     """(exit status, the lines a terminal of ``columns`` x 50 shows, escape sequences removed)."""
-    master, slave = os.openpty()
-    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 50, columns, 0, 0))
-    proc = subprocess.Popen(argv, env=env, stdin=slave, stdout=slave, stderr=slave, start_new_session=True)
-    os.close(slave)
-    out = bytearray()
-    deadline = time.monotonic() + timeout
     try:
-        while time.monotonic() < deadline:
-            ready, _, _ = select.select([master], [], [], 0.5)
-            if not ready:
-                if proc.poll() is not None:
-                    break
-                continue
-            try:
-                chunk = os.read(master, 65536)
-            except OSError:             # EIO: the child closed the terminal
-                break
-            if not chunk:
-                break
-            out += chunk
-        else:
-            proc.kill()
-            pytest.fail(f"{argv} did not finish within {timeout} s")
-    finally:
-        os.close(master)
-    text = ESCAPES.sub("", out.decode(errors="replace")).replace("\r", "")
-    return proc.wait(), text.split("\n")
+        code, out = run_in_pty(argv, env, columns, 50, timeout)
+    except PtyTimeout as exc:
+        pytest.fail(str(exc))
+    return code, ESCAPES.sub("", out).replace("\r", "").split("\n")
 
 
 def awkward_summary(run_dir) -> Summary:
