@@ -27,7 +27,8 @@ for spec in sys.argv[2:]:
     d.mkdir(exist_ok=True)
     (d / "case_config.json").write_text(json.dumps(cfg))
     env = dict(os.environ, RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", FLAGPERF_DEVICE="cuda",
-               FLAGPERF_DIST_BACKEND="nccl", MASTER_ADDR="127.0.0.1", MASTER_PORT="29611", PYTHONUNBUFFERED="1")
+               FLAGPERF_DIST_BACKEND="nccl", MASTER_ADDR="127.0.0.1",
+               MASTER_PORT=os.environ.get("MASTER_PORT", "29611"), PYTHONUNBUFFERED="1")
     t0 = time.time()
     with open(d / "rank0.out.log", "w") as log:
         p = subprocess.run([sys.executable, "-u", str(ROOT / "benchmarks" / bench / "main.py"), "--case-config",

@@ -26,10 +26,10 @@ SHAPE_KEYS = ("vocab_size", "dim", "n_layers", "n_heads", "n_kv_heads", "ffn_dim
 CHOICES = {"activation_checkpointing": ("none", "selective", "full"), "parallel": ("auto", "fsdp", "ddp", "none"),
            "compile": ("auto", "true", "false"), "baseline": ("auto", "true", "false"),
            "attention_backend": ("auto", "cudnn", "flash", "efficient", "math"), "optimizer": ("fused", "foreach"),
-           "precision": ("auto", "fp8"), "fp8_recipe": llm_fp8.RECIPES}
+           "precision": ("auto", "fp8"), "fp8_recipe": llm_fp8.RECIPES, "reshard_after_forward": ("true", "false")}
 DEFAULTS = dict(preset="tiny", seq_len=0, micro_batch=16, grad_accum=1, activation_checkpointing="none",
                 compile="auto", parallel="auto", attention_backend="auto", optimizer="fused",
-                precision="auto", fp8_recipe="tensorwise", straggler_probe_steps=10,
+                reshard_after_forward="true", precision="auto", fp8_recipe="tensorwise", straggler_probe_steps=10,
                 straggler_margin_pct=stragglers.MARGIN_PCT,
                 lr=1e-2, weight_decay=0.0, lr_warmup_steps=10, warmup_steps=3, time_budget_s=12.0, min_steps=0,
                 max_steps=100000,
@@ -132,8 +132,9 @@ def build(c, shape, ctx, parallel, use_compile, dtype, fp8=False):
     if parallel == "fsdp":
         from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
         mp = MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32)
+        reshard = c["reshard_after_forward"] == "true"
         for block in model.layers:
-            fully_shard(block, mp_policy=mp)
+            fully_shard(block, mp_policy=mp, reshard_after_forward=reshard)
         fully_shard(model, mp_policy=mp)
         return model, model, fp8_linears
     if parallel == "ddp":
@@ -467,6 +468,7 @@ def main():
                "parallel": parallel, "compile": use_compile, "precision_requested": c["precision"],
                "precision": "fp8" if fp8 else ("bf16" if gpu else "fp32"),
                "activation_checkpointing": c["activation_checkpointing"], "optimizer": trainer.opt_name,
+               "reshard_after_forward": c["reshard_after_forward"] == "true" if parallel == "fsdp" else None,
                "attention_backend": c["attention_backend"],
                "shape": {k: getattr(shape, k) for k in SHAPE_KEYS + ("norm_eps", "tie_embeddings")},
                "params": counts, "time_budget_s": c["time_budget_s"], "measured_s": r["measured_s"],

@@ -56,6 +56,8 @@ FLOP_FORMULA = ("forward_flops_per_image = 2 * sum over every Conv2d and Linear 
 def _value(key, v, default):
     """Strings from a fixed set, tri-state auto/true/false, numbers of the default's type."""
     if key in TRI_STATE:
+        if isinstance(v, str) and v.lower() in ("true", "false"):
+            v = v.lower() == "true"       # "false" written as a string (a JSON override) means false
         if v is True or v is False or v == "auto":
             return v
         harness.config_error(f"{NAME}: {key} must be auto, true or false, got {v!r}")
