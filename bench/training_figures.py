@@ -65,7 +65,8 @@ def show(path):
                       f"{fmt(metric(m, 'peak_memory_gib'), '.1f')} GiB; step median "
                       f"{fmt(metric(m, 'step_time_median_s'))} s; steps {d.get('steps_measured')}; "
                       f"converged {d.get('converged')} (final loss {fmt(d.get('final_loss'))}, eval "
-                      f"{fmt(d.get('eval_loss'))}); compile {fmt(metric(m, 'compile_s'), '.1f')} s")
+                      f"{fmt(d.get('eval_loss'))}); compile {fmt(metric(m, 'compile_s'), '.1f')} s; "
+                      f"allocator {json.dumps(d.get('allocator'))}")
             elif case.get("model") == "resnet50":
                 keep = ("images_per_s_per_device", "mfu", "step_time_median_s", "compile_s", "peak_memory_gib",
                         "accuracy")

@@ -7,6 +7,9 @@
 #            reduce-overhead and max-autotune; then `flagperf run` of bench/configs/frontier-1b4.yaml (1b_8k,
 #            FSDP2 on 4 GPUs)
 #   8b       `flagperf run` of bench/configs/frontier-8b.yaml: 8b_8k bf16 and 8b_8k_fp8 on 4 GPUs
+#   8b_bf16, 8b_sel   `flagperf run` of bench/configs/frontier-8b-bf16.yaml (8b_8k) or frontier-8b-sel.yaml
+#            (8b_8k_sel: every other block recomputed), bf16 only
+#   rn50_profile  bench/resnet50_profile.py on GPU 0 for each compile mode in $RN50_MODES (default: default)
 #   planted  a bf16 matmul loop on GPU $PLANT_GPU (default 2), then `flagperf run` of
 #            bench/configs/frontier-planted.yaml: the training payload's straggler view must name that rank
 # Each flagperf run's summary.json and report.md are copied flat into OUT_DIR with its figures
@@ -73,6 +76,18 @@ for phase in "$@"; do
       pid=$(smi 8b)
       flagperf_run llm8b_8k bench/configs/frontier-8b.yaml
       kill "$pid" 2>/dev/null
+      ;;
+    8b_bf16|8b_sel)
+      pid=$(smi "$phase")
+      flagperf_run "llm$phase" "bench/configs/frontier-${phase/_/-}.yaml"
+      kill "$pid" 2>/dev/null
+      ;;
+    rn50_profile)
+      for mode in ${RN50_MODES:-default}; do
+        echo "== resnet50 profile, compile mode $mode ($(date -u +%T))"
+        CUDA_VISIBLE_DEVICES=0 timeout 300 python3 bench/resnet50_profile.py --mode "$mode" 2>&1 \
+          | grep -v "Warning\|warn" | tee "$out/rn50-profile-$mode.txt"
+      done
       ;;
     planted)
       gpu=${PLANT_GPU:-2}

@@ -10,6 +10,12 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from common import harness, stragglers  # noqa: E402
 
+# The caching allocator with expandable segments (as torchtitan runs): blocks grow in place instead of fragmenting,
+# so a step near the card's memory does not stall in allocator retries (details.allocator counts them). A setting
+# the environment already has is kept.
+if not (os.environ.get("PYTORCH_CUDA_ALLOC_CONF") or os.environ.get("PYTORCH_ALLOC_CONF")):
+    os.environ["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
+
 LOG = harness.PerfLog(benchmark="llm")
 LOG.event("INIT_START")  # before `import torch`, so that e2e_time includes it
 T_START = time.monotonic()
@@ -447,6 +453,13 @@ def main():
     with sdpa_context(c["attention_backend"]):
         r = run_loop(trainer, data, c, ctx, c["time_budget_s"], c["max_steps"], min_steps=c["min_steps"])
     peak_mem = torch.cuda.max_memory_allocated(ctx.device) / 2 ** 30 if ctx.is_cuda else None
+    allocator = None
+    if ctx.is_cuda:
+        stats = torch.cuda.memory_stats(ctx.device)
+        allocator = {"conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF") or os.environ.get("PYTORCH_ALLOC_CONF"),
+                     "num_alloc_retries": stats.get("num_alloc_retries"),
+                     "reserved_peak_gib": torch.cuda.max_memory_reserved(ctx.device) / 2 ** 30,
+                     "device_total_gib": torch.cuda.get_device_properties(ctx.device).total_memory / 2 ** 30}
     LOG.event("RUN_END", steps=r["warmup_steps"] + r["steps"])
 
     # held-out loss on fresh windows, all ranks
@@ -472,7 +485,7 @@ def main():
                "attention_backend": c["attention_backend"],
                "shape": {k: getattr(shape, k) for k in SHAPE_KEYS + ("norm_eps", "tie_embeddings")},
                "params": counts, "time_budget_s": c["time_budget_s"], "measured_s": r["measured_s"],
-               "device_window": r["device_window"]}
+               "device_window": r["device_window"], "allocator": allocator}
     details["precision_used"] = details["precision"]
     if fp8:
         details["fp8"] = {"recipe": c["fp8_recipe"], "float8_linears": fp8_linears,
