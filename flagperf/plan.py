@@ -443,7 +443,7 @@ def _mpi_argv(config, case, cmd, hosts, python, node_dir, round_rel, case_cfg, m
                              hosts=[x.address for x in hosts], round_index=round_index)
         contexts.append(MpiContext(h.address, j, case.nproc, other.cwd, nd, tuple(other.argv)))
     env = _with_case_env(cmd.env, case_cfg)
-    names = [*env, *vendor.rank_env, *([t.visible_devices_env] if t.visible_devices_env else []),
+    names = [*env, *(name for name, _ in vendor.rank_env), *([t.visible_devices_env] if t.visible_devices_env else []),
              "OMP_NUM_THREADS", "PYTHONUNBUFFERED"]
     values = {"master_addr": master_addr, "master_port": str(port), "node_rank": "0", "nnodes": str(case.nnodes),
               "nproc": str(case.nproc), "world_size": str(case.nnodes * case.nproc), "data_dir": case.data_dir or "",

@@ -97,6 +97,24 @@ def test_plan_node0_starts_mpirun_over_every_node(tmp_path, write, tree):
     assert "Host 10.0.0.2" in job["shell_config"]
 
 
+def test_vendor_rank_env_is_exported_by_name(tmp_path, write, tree):
+    """A vendor's rank_env (nvidia's NCCL_NVLS_ENABLE) reaches every rank as -x NAME, not as a (name, value) pair
+    that mpi_launch.py would refuse."""
+    (tree / "benchmarks" / "perf" / "benchmark.yaml").write_text("launch: mpi\ncommand: [./perf]\n")
+    (tree / "vendors").unlink()
+    write(tree, "vendors/acme/vendor.yaml", "name: acme\ndevice: cuda\ndist_backend: nccl\n"
+                                            "visible_devices_env: CUDA_VISIBLE_DEVICES\ngpu_monitor: none\n"
+                                            'rank_env:\n  ACME_LINKS: "0"\nframeworks: [pytorch]\n')
+    path = write(tmp_path, "conf/test.yaml", "VENDOR: acme\nRUNTIME: bare\nFLAGPERF_LOG_PATH: ../logs\n"
+                                             'CASES:\n  "perf:pytorch:H100:1:4:1": null\n')
+    n0, = build_plan(load_config(path, source_root=tree), run_id="run20250101000000").cases[0].rounds[0].nodes
+    job = mpi_launch.read_job(n0.launch.argv[3])
+    assert all(isinstance(n, str) for n in job["env"]), job["env"]
+    assert {"ACME_LINKS", "CUDA_VISIBLE_DEVICES"} <= set(job["env"])
+    argv = mpi_launch.mpirun_argv(job, "mpirun", "openmpi", "/r", {"ACME_LINKS": "0"}, False)
+    assert argv[argv.index("ACME_LINKS") - 1] == "-x"
+
+
 def test_mpi_under_docker_is_a_config_error(tmp_path, write, tree):
     (tree / "benchmarks" / "perf" / "benchmark.yaml").write_text("launch: mpi\ncommand: [./perf]\n")
     cfg = load_config(conf(tmp_path, write, ["10.0.0.1", "10.0.0.2"], runtime="docker"), source_root=tree)
