@@ -46,8 +46,9 @@ flagperf_run() {  # flagperf_run NAME CONFIG: one `flagperf run`, its files copi
   if [ -n "$run" ]; then
     cp "$run/summary.json" "$out/$name-summary.json" 2>/dev/null
     cp "$run/report.md" "$out/$name-report.md" 2>/dev/null
-    find "$run" -name 'rank*.out.log' -size -4M | while read -r f; do
-      cp "$f" "$out/$name-$(basename "$(dirname "$(dirname "$f")")")-$(basename "$f")"; done
+    find "$run" -name 'rank*.out.log' -size -4M | while read -r f; do    # <case>/round<k>/<node>/rank<r>.out.log
+      round=$(dirname "$(dirname "$f")")
+      cp "$f" "$out/$name-$(basename "$(dirname "$round")")-$(basename "$round")-$(basename "$f")"; done
     python3 bench/training_figures.py "$out/$name-summary.json" | tee "$out/$name-figures.txt"
   fi
   rm -f "$gen"
