@@ -5,7 +5,10 @@ In synchronous data-parallel training every rank waits for the slowest one insid
 steps take about as long and step times alone cannot name a straggler. The probe (a few forward + backward passes
 of a piece of the model at the run's shape, with no collective in it) times each rank's compute on its own; the
 rank with the slowest probe is named, and flagged when it exceeds the median over the ranks by more than
-``margin_pct``. torch is imported lazily (the rule itself is stdlib only).
+``margin_pct``. Each rank is judged by its best (minimum) probe time, not its median: the host's launch jitter
+(a short, launch-bound probe waits on the CPU) only lengthens some passes, while a throttled clock, a slow card or
+a GPU-bound neighbour lengthens every pass, the best one included. torch is imported lazily (the rule itself is
+stdlib only).
 
     probe = stragglers.time_probe(lambda: piece(x).sum().backward(), ctx, steps=10)
     details["stragglers"] = stragglers.gathered_view(ctx, step_times, probe, margin_pct, "one decoder block")
@@ -47,18 +50,22 @@ def summary(times):
 
 def view(rows, margin_pct=MARGIN_PCT, probe_what="the probe"):
     """The straggler record of the gathered ``rows`` (one per rank, by global rank: rank, node, host, local_rank,
-    gpu, steps (a summary), probe (n, median_s, min_s)): ``slowest_rank`` and ``slowest`` (by probe median, with
-    its node, host, local rank, GPU and how far above the median it is), ``flagged`` (the ranks whose probe median
-    exceeds the median over the ranks x (1 + margin_pct / 100); never with one rank), ``slowest_by_step_time``,
-    the rule in words and every row."""
-    out = {"margin_pct": margin_pct,
-           "rule": f"flagged: a rank whose probe median ({probe_what} forward + backward, its compute alone) "
-                   f"exceeds the median over the ranks by more than {margin_pct:g}%",
+    gpu, steps (a summary), probe (n, median_s, min_s)), every rank judged by its best probe (``judged_by``:
+    "min"): ``median_probe_s`` (the median over the ranks of their best probes), ``limit_s``, ``slowest_rank`` and
+    ``slowest`` (the rank with the slowest best probe, with its node, host, local rank, GPU, its best and median
+    probe and how far its best is above ``median_probe_s``), ``flagged`` (the ranks whose best probe exceeds
+    ``median_probe_s`` x (1 + margin_pct / 100); never with one rank), ``slowest_by_step_time``, the rule in words
+    and every row."""
+    out = {"margin_pct": margin_pct, "judged_by": "min",
+           "rule": f"flagged: a rank whose best (minimum) probe time ({probe_what} forward + backward, its compute "
+                   f"alone) exceeds the median over the ranks of their best probe times by more than "
+                   f"{margin_pct:g}% (host launch jitter lengthens only some passes; a slow GPU lengthens every "
+                   f"one, the best included)",
            "per_rank": rows, "slowest_rank": None, "flagged": []}
     steps = [r["steps"]["median_s"] for r in rows]
     if rows and all(v is not None for v in steps):
         out["slowest_by_step_time"] = rows[max(range(len(rows)), key=lambda i: steps[i])]["rank"]
-    probes = [r["probe"]["median_s"] for r in rows]
+    probes = [r["probe"].get("min_s") for r in rows]
     if not rows or any(v is None for v in probes):
         out["omitted"] = "no probe (straggler_probe_steps: 0)"
         return out
@@ -68,7 +75,7 @@ def view(rows, margin_pct=MARGIN_PCT, probe_what="the probe"):
     s = rows[i]
     out.update(median_probe_s=median, limit_s=limit, slowest_rank=s["rank"],
                slowest={"rank": s["rank"], "node": s["node"], "host": s["host"], "local_rank": s["local_rank"],
-                        "gpu": s["gpu"], "probe_median_s": probes[i],
+                        "gpu": s["gpu"], "probe_min_s": probes[i], "probe_median_s": s["probe"].get("median_s"),
                         "vs_median_pct": 100.0 * (probes[i] / median - 1.0) if median > 0 else None},
                flagged=[r["rank"] for r, v in zip(rows, probes) if len(rows) > 1 and v > limit])
     return out
@@ -113,6 +120,6 @@ def gathered_view(ctx, step_times, probe_times, margin_pct, probe_what):
     out = view(gather(ctx, row), margin_pct, probe_what)
     if out["flagged"] and ctx.rank == 0:
         print(f"warning: straggler: rank(s) {out['flagged']} slower than the median by more than {margin_pct:g}% "
-              f"(slowest: rank {out['slowest_rank']}, local rank {out['slowest']['local_rank']})",
+              f"(best probe times; slowest: rank {out['slowest_rank']}, local rank {out['slowest']['local_rank']})",
               file=sys.stderr, flush=True)
     return out

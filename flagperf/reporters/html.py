@@ -39,6 +39,7 @@ from flagperf.results.ncclview import op_tables
 from flagperf.results.nodefigures import node_figures
 from flagperf.results.series import NodeSeries, load_series
 from flagperf.results.slownodes import gpu_text
+from flagperf.results.stragglers import case_stragglers
 from flagperf.untrusted import for_html
 from flagperf_contract import write_atomic
 
@@ -509,6 +510,7 @@ class HtmlReporter(Reporter):
                     where = f" (node {esc(f.node)})"
                 out += (f"<p>Round {num(r.round)}{where}, last lines of <code>{esc(f.log or '')}</code>:</p>\n"
                         f"<pre>{chr(10).join(for_html(x, newlines=False) for x in lines)}</pre>\n")
+        out += _stragglers(c)
         out += self._metrics(c)
         first = next((r for r in c.rounds if isinstance((r.finished or {}).get("env"), dict)), None)
         if first:
@@ -652,6 +654,15 @@ class HtmlReporter(Reporter):
             else:
                 out += '<p class="muted">No throttle reason was active in any sample.</p>\n'
         return (f"<h4>{title}</h4>\n{note}<div class=\"charts\">{out}</div>\n" + _phase_caption(ns) + energy)
+
+
+def _stragglers(c) -> str:
+    """A training case's flagged stragglers (flagperf.results.stragglers): one line per passed round that flagged a
+    rank, with the rule as its title; '' where none was flagged."""
+    lines = [f'<p class="bad" title="{esc(s.rule)}">Round {num(s.round)}: {esc(s.note())} (judged by each '
+             f"rank&rsquo;s {esc(s.judged_by)} probe time; a finding, not a failed check)</p>\n"
+             for s in case_stragglers(c)]
+    return "".join(lines)
 
 
 def _energy_table(mon: dict) -> str:

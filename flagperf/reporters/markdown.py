@@ -14,6 +14,7 @@ from flagperf.results.interpret import Status, describe_exit
 from flagperf.results.nodefigures import SPREAD_FLAG_PCT, node_figures
 from flagperf.results.slownodes import describe as describe_outlier
 from flagperf.results.slownodes import gpu_text, outliers
+from flagperf.results.stragglers import case_stragglers
 from flagperf.untrusted import for_markdown, markdown_code, markdown_fence
 
 
@@ -69,6 +70,22 @@ def _nccl_lines(c) -> list:
         lines += ["", f"nccl-tests' view: {markdown_code(t.op)}, round {t.round}:", ""]
         lines += _table(list(ncclview.COLUMNS), [ncclview.row_cells(row) for row in t.rows])
         lines += ["", for_markdown(ncclview.footer(t))]
+    return lines
+
+
+def _straggler_lines(c) -> list:
+    """A training case's flagged stragglers (flagperf.results.stragglers), one line per passed round that flagged a
+    rank, then the rule; nothing where none was flagged."""
+    found = case_stragglers(c)
+    if not found:
+        return []
+    lines = ["", "Stragglers (a finding, not a failed check):", ""]
+    for s in found:
+        margin = f", margin {s.margin_pct:g}%" if s.margin_pct is not None else ""
+        lines.append(f"- round {s.round}: **{for_markdown(s.note())}** (judged by each rank's "
+                     f"{for_markdown(s.judged_by)} probe time{margin})")
+    if found[-1].rule:
+        lines += ["", f"Rule: {for_markdown(found[-1].rule)}"]
     return lines
 
 
@@ -192,6 +209,7 @@ class MarkdownReporter(Reporter):
                 lines += ["", f"Round {r.round}{for_markdown(where)}, last lines of {markdown_code(f.log or '')}:",
                           ""]
                 lines += markdown_fence(f.last_lines)
+        lines += _straggler_lines(c)
         lines += _reference_lines(c)
         lines += _nccl_lines(c)
         metrics = [(name, st) for name, st in c.stats.items() if name not in ("value", "e2e_time") and st]

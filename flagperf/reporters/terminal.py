@@ -26,6 +26,7 @@ from flagperf.results.nodefigures import SPREAD_FLAG_PCT, figure_line, node_figu
 from flagperf.results.slownodes import RULE, outliers
 from flagperf.results.slownodes import describe as describe_outlier
 from flagperf.results.slownodes import gpu_text
+from flagperf.results.stragglers import case_note as straggler_note
 from flagperf.untrusted import for_rich, for_terminal
 
 STYLES = {Status.PASSED: "green", Status.FAILED: "red", Status.SKIPPED: "yellow", Status.BELOW_REFERENCE: "red"}
@@ -212,10 +213,11 @@ class CaseTable:
 
 def _with_spread(case, note: str) -> str:
     """``note``, and after it 'spread > 10% on <node>' for every node whose devices' spread is flagged
-    (results.nodefigures)."""
+    (results.nodefigures), then 'straggler: rank 3 (...) +16.7% over the median probe' where a training case's
+    straggler view flagged a rank (results.stragglers)."""
     flagged = [f.node for f in node_figures(case) if f.flagged]
     spread = f"spread > {SPREAD_FLAG_PCT:g}% on {', '.join(flagged)}" if flagged else ""
-    return "; ".join(t for t in (note, spread) if t)
+    return "; ".join(t for t in (note, spread, straggler_note(case)) if t)
 
 
 def node_figure_lines(summary) -> list:

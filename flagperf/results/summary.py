@@ -15,6 +15,7 @@ from flagperf.records import REASON_SOURCES, SEVERITIES, VERDICTS, Failure, Node
     ReferenceVerdict
 from flagperf.results.interpret import Status, case_status, run_status
 from flagperf.results.nodefigures import node_figures
+from flagperf.results.stragglers import case_stragglers
 from flagperf_contract import ContractError, read_json_data, write_json_atomic
 
 SUMMARY_SCHEMA = "flagperf.summary/1"
@@ -83,7 +84,7 @@ _TYPES = {
     "cases.*": dict, "cases.*.name": str, "cases.*.key": str, "cases.*.model": _OPT_STR,
     "cases.*.framework": _OPT_STR, "cases.*.hw": _OPT_STR, "cases.*.nnodes": int, "cases.*.nproc": int,
     "cases.*.repeat": int, "cases.*.data_dir": _OPT_STR, "cases.*.rounds": list, "cases.*.each": bool,
-    "cases.*.pairs": bool, "cases.*.node_figures": _OPT_LIST,
+    "cases.*.pairs": bool, "cases.*.node_figures": _OPT_LIST, "cases.*.stragglers": _OPT_LIST,
     "cases.*.env": _OPT_DICT, "cases.*.env.*": str, "cases.*.nccl": _OPT_STR,
     "cases.*.rounds.*": dict, "cases.*.rounds.*.round": int, "cases.*.rounds.*.dir": str,
     "cases.*.rounds.*.status": str, "cases.*.rounds.*.duration_s": _OPT_NUM, "cases.*.rounds.*.value": _OPT_NUM,
@@ -419,7 +420,8 @@ class CaseSummary:
                 **({"each": True} if self.each else {}), **({"pairs": True} if self.pairs else {}),
                 "verdicts": [v.to_dict() for v in self.verdicts],
                 "env": dict(self.env), "nccl": self.nccl,
-                "node_figures": [f.to_dict() for f in node_figures(self)]}   # derived: read back from the rounds
+                "node_figures": [f.to_dict() for f in node_figures(self)],   # derived: read back from the rounds
+                "stragglers": [s.to_dict() for s in case_stragglers(self)]}  # derived, as node_figures
 
     @classmethod
     def from_dict(cls, d: dict) -> "CaseSummary":

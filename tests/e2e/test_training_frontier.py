@@ -5,6 +5,8 @@ SGD, eager on the CPU. DALI and CUDA graphs are GPU paths: only their CPU behavi
 no CUDA graphs) is tested here."""
 import json
 
+from flagperf.untrusted import for_markdown
+
 from .conftest import only_run_dir, run_cli, write_conf
 from .test_benchmarks_cpu import free_port
 
@@ -29,10 +31,12 @@ def test_llm_long_seq_fp8_fallback_straggler_and_resnet50_fused(tmp_path, flagpe
     monkeypatch.setenv("FLAGPERF_TEST_INJECT", "llm:slow")       # local rank 1: its probe passes 3x as long
     # one OpenMP thread per rank: on a small loaded VM a 2-thread team occasionally stalls a run by 10x
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.setenv("COLUMNS", "400")        # the case table's notes on one line each
     code, out, err = run_cli(["run", "--config", conf], home=flagperf_home, timeout=400)
     assert code == 0, out + err
     assert "Traceback" not in out + err
-    summary = json.loads((only_run_dir(tmp_path / "result") / "summary.json").read_text())
+    run_dir = only_run_dir(tmp_path / "result")
+    summary = json.loads((run_dir / "summary.json").read_text())
     llm, r50 = summary["cases"]
     assert (llm["status"], r50["status"]) == ("passed", "passed")
 
@@ -61,6 +65,17 @@ def test_llm_long_seq_fp8_fallback_straggler_and_resnet50_fused(tmp_path, flagpe
     assert [r["rank"] for r in s["per_rank"]] == [0, 1]
     assert all(r["steps"]["n"] == d["steps_measured"] and r["probe"]["n"] == 10 for r in s["per_rank"])
     assert llm["rounds"][0]["finished"]["metrics"]["straggler_ranks"]["value"] == 1
+    assert s["judged_by"] == "min" and s["slowest"]["probe_min_s"] == s["per_rank"][1]["probe"]["min_s"]
+    # the driver surfaces it: summary.json's case, the terminal table's row, report.md (a finding: still passed)
+    (seen,) = llm["stragglers"]
+    assert seen["round"] == 1 and seen["flagged"] == [1] and seen["judged_by"] == "min"
+    assert seen["slowest"]["rank"] == 1 and seen["slowest"]["local_rank"] == 1 and seen["slowest"]["gpu"] == ""
+    assert seen["slowest"]["vs_median_pct"] == s["slowest"]["vs_median_pct"] and r50["stragglers"] == []
+    where = f"{seen['slowest']['host']}, local rank 1" if seen["slowest"]["host"] else "node 0, local rank 1"
+    note = f"straggler: rank 1 ({where}) {seen['slowest']['vs_median_pct']:+.1f}% over the median probe"
+    assert note in out, out
+    assert f"- round 1: **{for_markdown(note)}** (judged by each rank's min probe time, margin 5%)" \
+        in (run_dir / "report.md").read_text()
 
     r = r50["rounds"][0]["finished"]["checks"]["details"]
     assert r["converged"] is True and r["memory_format"] == "channels_last"
