@@ -9,6 +9,8 @@ import shutil
 from datetime import datetime
 from pathlib import Path
 
+import pytest
+
 from flagperf.caselaunch import BASE_PREPARE_NAME, TRAINING_PREPARE_AND_START
 
 from .conftest import REPO, only_run_dir, run_cli
@@ -46,10 +48,12 @@ def native_series(node, name, key):
 
 
 def population_stats(xs, scale, ndigits):
-    mean = sum(xs) / len(xs)
-    std = math.sqrt(sum((x - mean) ** 2 for x in xs) / len(xs))
-    return {"mean": round(mean * scale, ndigits), "max": round(max(xs) * scale, ndigits),
-            "std": round(std * scale, ndigits)}
+    """FlagPerf's mean, max and population std of a series, scaled and rounded. The mean is the correctly rounded
+    one (math.fsum): a plain sum's last-bit error can tip round(..., 3) the other way on a .0005 boundary."""
+    mean = math.fsum(xs) / len(xs)
+    std = math.sqrt(math.fsum((x - mean) ** 2 for x in xs) / len(xs))
+    got = {"mean": mean * scale, "max": max(xs) * scale, "std": std * scale}
+    return {k: pytest.approx(round(v, ndigits), abs=1.01 * 10 ** -ndigits) for k, v in got.items()}
 
 
 def check_detail(detail, node, metric):
