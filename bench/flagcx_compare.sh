@@ -49,49 +49,38 @@ cp -a "$REPO"/benchmarks "$REPO"/vendors "$REPO"/launcher "$REPO"/monitors "$REP
   "$REPO"/flagperf_contract.py "$TREE"/
 find "$TREE" -name __pycache__ -prune -exec rm -rf {} + 2>/dev/null
 
+FLAGCX_ARGS=${FLAGCX_ARGS:--b 1M -e 1G -f 2}
+LDP="${FLAGCX_LD_LIBRARY_PATH:-$FLAGCX_HOME/build/lib}"
 if [ "$FX_MODE" = gpu ]; then
   NPROC=${NPROC:-4}
   VA=nvidia; VB=nvidia-flagcx; VC=nvidia
   SIZES=${SIZES:-'"1M", "2M", "4M", "8M", "16M", "32M", "64M", "128M", "256M", "512M", "1G"'}
   BUDGET=${BUDGET:-11}
-  FLAGCX_ARGS=${FLAGCX_ARGS:--b 1M -e 1G -f 2}
-  mkdir -p "$TREE/vendors/$VB"
-  cat >"$TREE/vendors/$VB/vendor.yaml" <<'EOF'
-# NVIDIA GPUs with FlagCX's torch plug-in as the CUDA backend (docs/flagcx.md); gloo for CPU tensors.
-name: nvidia-flagcx
-description: NVIDIA GPUs over FlagCX (torch plug-in flagcx)
-device: cuda
-dist_backend: "cpu:gloo,cuda:flagcx"
-dist_backend_module: flagcx
-visible_devices_env: CUDA_VISIBLE_DEVICES
-gpu_monitor: nvml
-rank_env:
-  NCCL_NVLS_ENABLE: "0"
-frameworks: [pytorch]
-EOF
-  LDP="${FLAGCX_LD_LIBRARY_PATH:-$FLAGCX_HOME/build/lib}"
+  # NVIDIA GPUs with FlagCX's torch plug-in as the CUDA backend (docs/flagcx.md); gloo for CPU tensors
+  DESC="NVIDIA GPUs over FlagCX (torch plug-in flagcx)"; DEVICE=cuda; BACKEND="cpu:gloo,cuda:flagcx"
+  VISIBLE=CUDA_VISIBLE_DEVICES; MONITOR=nvml
 else
   # local rehearsal: CPU ranks over gloo; b over the composite "cpu:gloo" with a stand-in module named flagcx
   NPROC=${NPROC:-2}
   VA=cpu; VB=cpu-fxcomposite; VC=cpu-fxcomposite   # c with a rank_env too, as nvidia has
   SIZES=${SIZES:-'"64K", "256K", "1M", "4M"'}
   BUDGET=${BUDGET:-2}
-  FLAGCX_ARGS=${FLAGCX_ARGS:--b 1M -e 1G -f 2}
-  mkdir -p "$TREE/vendors/$VB"
-  cat >"$TREE/vendors/$VB/vendor.yaml" <<'EOF'
-name: cpu-fxcomposite
-description: CPU ranks over the composite cpu:gloo with a stand-in module flagcx
-device: cpu
-dist_backend: "cpu:gloo"
+  DESC="CPU ranks over the composite cpu:gloo with a stand-in module flagcx"; DEVICE=cpu; BACKEND="cpu:gloo"
+  VISIBLE=null; MONITOR=none
+fi
+mkdir -p "$TREE/vendors/$VB"
+cat >"$TREE/vendors/$VB/vendor.yaml" <<EOF
+name: $VB
+description: $DESC
+device: $DEVICE
+dist_backend: "$BACKEND"
 dist_backend_module: flagcx
-visible_devices_env: null
-gpu_monitor: none
+visible_devices_env: $VISIBLE
+gpu_monitor: $MONITOR
 rank_env:
   NCCL_NVLS_ENABLE: "0"
 frameworks: [pytorch]
 EOF
-  LDP="${FLAGCX_LD_LIBRARY_PATH:-$FLAGCX_HOME/build/lib}"
-fi
 for v in "$VA" "$VB"; do
   mkdir -p "$TREE/vendors/$v/collectives"
   cat >"$TREE/vendors/$v/collectives/config_$HW.yaml" <<EOF

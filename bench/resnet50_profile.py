@@ -1,21 +1,22 @@
-"""Where a ResNet-50 training step's time goes: the benchmark's own model (benchmarks/resnet50/model.py) in the
-benchmark's setting (channels_last, bf16 autocast, torch.compile, fused SGD with Nesterov momentum, random data),
-warmed up, then STEPS steps under torch.profiler. Prints the step time (device events), the GPU's busy time per
-step, and the kernel time per class: convolutions (cuDNN/CUTLASS), other matmuls, compiled (Triton) kernels (the
-batch-norm statistics, normalisation, ReLU and residual adds that inductor fuses), the optimizer, copies, the rest;
-then the top kernels.
-Usage: python3 bench/resnet50_profile.py [--batch 256] [--image 224] [--mode default] [--steps 10] [--device cuda]"""
+"""Where a ResNet-50 training step's time goes: the benchmark's own step (benchmarks/resnet50/main.py: its
+read_config, model and Trainer, so channels_last, bf16 autocast, torch.compile in the case's mode, fused SGD with
+Nesterov momentum and cuDNN autotuning as a case runs them) on random data, warmed up, then STEPS steps under
+torch.profiler. Prints the step time (device events), the GPU's busy time per step, and the kernel time per class:
+convolutions (cuDNN/CUTLASS), other matmuls, compiled (Triton) kernels (the batch-norm statistics, normalisation,
+ReLU and residual adds that inductor fuses), the optimizer, copies, the rest; then the top kernels.
+Usage: python3 bench/resnet50_profile.py [--batch 256] [--image 224] [--mode default] [--steps 10] [--device cuda]
+       [--preset resnet50]"""
 import argparse
 import collections
 import os
 import sys
 import time
 
-import torch
-import torch.nn.functional as F
-
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "benchmarks", "resnet50"))
-from model import resnet  # noqa: E402
+import main as rn50  # noqa: E402  (the benchmark: its import prints its INIT_START PerfLog line)
+from main import harness  # noqa: E402
+
+import torch  # noqa: E402
 
 # checked in this order: inductor names its kernels triton_<kind>_fused_<ops> (the ops may include
 # "convolution_backward": the batch-norm backward fused around a convolution's gradient), so Triton comes first
@@ -43,26 +44,25 @@ def main():
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=15)
     ap.add_argument("--device", default="cuda")
+    ap.add_argument("--preset", default="resnet50", help="the benchmark's preset (small: a CPU-sized check)")
     a = ap.parse_args()
-    dev = torch.device(a.device)
-    cuda = dev.type == "cuda"
+    os.environ.setdefault("FLAGPERF_DEVICE", a.device)
+    cfg = {"preset": a.preset, "batch_size": a.batch, "image_size": a.image,
+           "compile": a.mode != "eager", "compile_mode": "default" if a.mode == "eager" else a.mode}
+    c = rn50.read_config(cfg)
+    ctx = harness.setup_distributed(cfg)
+    cuda = ctx.is_cuda
+    fmt = torch.channels_last if c["channels_last"] else torch.contiguous_format
+    if cuda:
+        torch.backends.cudnn.benchmark = True      # as the benchmark: fixed shapes, cuDNN's fastest kernels
     torch.manual_seed(0)
-    model = resnet(device=dev).to(memory_format=torch.channels_last)
-    net = model if a.mode == "eager" else torch.compile(model, mode=a.mode)
-    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, nesterov=True, weight_decay=5e-5,
-                          **({"fused": True} if cuda else {"foreach": True}))
-    x = torch.randn(a.batch, 3, a.image, a.image, device=dev).to(memory_format=torch.channels_last)
-    y = torch.randint(0, 1000, (a.batch,), device=dev)
-    autocast = torch.autocast(dev.type, dtype=torch.bfloat16)
+    model = rn50.resnet(c["blocks"], c["num_classes"], c["base_width"]).to(ctx.device).to(memory_format=fmt)
+    trainer = rn50.Trainer(model, c, ctx, fmt, c["compile"])
+    x = torch.randn(a.batch, 3, a.image, a.image, device=ctx.device).to(memory_format=fmt)
+    y = torch.randint(0, c["num_classes"], (a.batch,), device=ctx.device)
 
     def step():
-        if cuda and a.mode in ("reduce-overhead", "max-autotune"):
-            torch.compiler.cudagraph_mark_step_begin()
-        with autocast:
-            loss = F.cross_entropy(net(x).float(), y)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
+        trainer.step(x, y)
 
     t0 = time.time()
     for _ in range(a.warmup):
@@ -84,7 +84,8 @@ def main():
             step()
         step_ms = (time.perf_counter() - t0) * 1e3 / a.steps
     print(f"step {step_ms:.2f} ms = {a.batch / step_ms * 1e3:.0f} images/s (batch {a.batch}, {a.image}px, mode "
-          f"{a.mode}, {torch.cuda.get_device_name(dev) if cuda else 'cpu'}, torch {torch.__version__})", flush=True)
+          f"{a.mode}, {torch.cuda.get_device_name(ctx.device) if cuda else 'cpu'}, torch {torch.__version__}, "
+          f"optimizer {trainer.optimizer_impl})", flush=True)
 
     acts = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if cuda else [])
     with torch.profiler.profile(activities=acts) as prof:

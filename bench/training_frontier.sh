@@ -73,12 +73,7 @@ for phase in "$@"; do
       cat "$out/llm1b_8k_1gpu-figures.txt" 2>/dev/null || tail -n 20 "$out/single-llm1b.txt"
       flagperf_run llm1b_8k_4gpu bench/configs/frontier-1b4.yaml
       ;;
-    8b)
-      pid=$(smi 8b)
-      flagperf_run llm8b_8k bench/configs/frontier-8b.yaml
-      kill "$pid" 2>/dev/null
-      ;;
-    8b_bf16|8b_sel)
+    8b|8b_bf16|8b_sel)           # bench/configs/frontier-8b.yaml, frontier-8b-bf16.yaml, frontier-8b-sel.yaml
       pid=$(smi "$phase")
       flagperf_run "llm$phase" "bench/configs/frontier-${phase/_/-}.yaml"
       kill "$pid" 2>/dev/null
@@ -107,6 +102,6 @@ while True:
       flagperf_run planted bench/configs/frontier-planted.yaml
       kill "$hog" "$pid" 2>/dev/null
       ;;
-    *) echo "training_frontier: unknown phase '$phase' (single, 8b, planted)" >&2; exit 2;;
+    *) echo "training_frontier: unknown phase '$phase' (single, 8b, 8b_bf16, 8b_sel, rn50_profile, planted)" >&2; exit 2;;
   esac
 done

@@ -19,6 +19,7 @@ Every text is capped at ``MAX_CHARS`` characters, with a visible marker saying h
 from __future__ import annotations
 
 import html
+import math
 import re
 
 from rich.markup import escape
@@ -39,6 +40,12 @@ def _visible(code: int) -> str:
 _CONTROLS = {c: _visible(c) for c in [*range(0x00, 0x20), *range(0x7F, 0xA0), *_INVISIBLE] if c != 0x09}
 _KEEP_NEWLINES = {**_CONTROLS, 0x0A: "\n"}
 _NEWLINES_AS_SPACES = {**_CONTROLS, 0x0A: " ", 0x0D: " "}
+
+
+def finite_number(value) -> bool:
+    """Whether a value read from a host's record is a number that arithmetic may use: an int or a float, not a bool
+    (JSON's true is not 1), and finite (a payload may carry NaN or Infinity)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _text(value) -> str:

@@ -32,6 +32,7 @@ import statistics
 from dataclasses import dataclass, field
 from functools import lru_cache
 from flagperf.results.summary import _finite
+from flagperf.untrusted import finite_number
 
 COMPARE_SCHEMA = "flagperf.compare/2"
 DEFAULT_THRESHOLD_PCT = 5.0
@@ -311,12 +312,8 @@ class Comparison:
             "cases": [c.to_dict() for c in self.cases]})
 
 
-def _number(x) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
-
-
 def _headline_values(case) -> list:
-    return [r.value for r in case.passed_rounds if _number(r.value)]
+    return [r.value for r in case.passed_rounds if finite_number(r.value)]
 
 
 def _metric_values(case, name) -> list:
@@ -324,7 +321,7 @@ def _metric_values(case, name) -> list:
     for r in case.passed_rounds:
         m = r.metrics.get(name)
         value = m.get("value") if isinstance(m, dict) else None
-        if _number(value):
+        if finite_number(value):
             out.append(value)
     return out
 

@@ -26,7 +26,6 @@ bidirectional figure are slow). With two GPUs per node a node's links can only b
 
 from __future__ import annotations
 
-import math
 import os
 import statistics
 from dataclasses import dataclass, field
@@ -36,6 +35,7 @@ from flagperf.records import UNKNOWN, GpuIdentity, VerdictReason
 from flagperf.results.health import gpu_identities
 from flagperf.results.interpret import Status
 from flagperf.results.slownodes import SCORE_LIMIT, SHORTFALL_FLOOR, robust_scores
+from flagperf.untrusted import finite_number
 
 BENCHMARK = "p2p"
 MODES = ("uni", "bi")
@@ -65,10 +65,6 @@ REMEDY_NET_GPU = ("the ranks talked over the network (force_network): check the 
                   "through (port state, rate, error counters) and the PCIe switch between them")
 REMEDY_NET_NODE = ("the ranks talked over the network (force_network): check the node's NICs (port state, rate, "
                    "error counters), their PCIe links and the switch ports they connect to")
-
-
-def _number(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
 def _index(v) -> bool:
@@ -156,9 +152,9 @@ def _read_node(node, host_of, fixed_host) -> tuple | None:
         a, b = link["src"], link["dst"]
         if a == b:
             continue
-        if _number(link.get("uni_gbps")) and link["uni_gbps"] > 0:
+        if finite_number(link.get("uni_gbps")) and link["uni_gbps"] > 0:
             values[(a, b, "uni")] = float(link["uni_gbps"])
-        if _number(link.get("bi_gbps")) and link["bi_gbps"] > 0:
+        if finite_number(link.get("bi_gbps")) and link["bi_gbps"] > 0:
             values[(min(a, b), max(a, b), "bi")] = float(link["bi_gbps"])
     reported = {}
     for g in node.get("gpus") or []:
@@ -276,7 +272,7 @@ def _median(values) -> float | None:
 
 
 def _score_text(item) -> str:
-    return f"score {item.score:.1f}" if _number(item.score) else "score -"
+    return f"score {item.score:.1f}" if finite_number(item.score) else "score -"
 
 
 def _case_findings(nodes, identities) -> list:

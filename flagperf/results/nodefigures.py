@@ -27,11 +27,11 @@ docs/results.md ("Node figures") describes the summary.json form and the thresho
 
 from __future__ import annotations
 
-import math
 import statistics
 from dataclasses import dataclass
 
 from flagperf.results.interpret import Status
+from flagperf.untrusted import finite_number
 
 # A throughput of identical devices running the same kernel at the same time agrees within a few percent (clock
 # boost, temperature and power-limit differences between healthy cards: 2-5%); slownodes flags a GPU 5% below
@@ -77,10 +77,6 @@ class NodeFigure:
                 "rounds": self.rounds}
 
 
-def _number(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-
-
 def _index(v) -> int | None:
     if isinstance(v, int) and not isinstance(v, bool) and 0 <= v:
         return v
@@ -101,14 +97,14 @@ def _entry(raw, metric) -> dict | None:
         return None
     per_device = {}
     for d in devices:
-        if not (isinstance(d, list) and len(d) == 2 and _index(d[0]) is not None and _number(d[1])):
+        if not (isinstance(d, list) and len(d) == 2 and _index(d[0]) is not None and finite_number(d[1])):
             return None
         per_device[_index(d[0])] = float(d[1])
     overlap, aggregate = raw.get("overlap"), raw.get("aggregate")
     return {"unit": raw.get("unit") if isinstance(raw.get("unit"), str) else "",
-            "aggregate": float(aggregate) if isinstance(aggregate, (int, float)) and _number(aggregate) else None,
+            "aggregate": float(aggregate) if isinstance(aggregate, (int, float)) and finite_number(aggregate) else None,
             "simultaneous": raw.get("simultaneous") is True,
-            "overlap": float(overlap) if isinstance(overlap, (int, float)) and _number(overlap) else None,
+            "overlap": float(overlap) if isinstance(overlap, (int, float)) and finite_number(overlap) else None,
             "reason": " ".join(str(raw.get("reason") or "").split())[:300], "per_device": per_device}
 
 
@@ -166,7 +162,7 @@ def _host_samples(case) -> dict:
 
 
 def _fmt(v) -> str:
-    return f"{v:.4g}" if _number(v) else "-"
+    return f"{v:.4g}" if finite_number(v) else "-"
 
 
 def _figure(case, node: str, samples: list, higher: bool) -> NodeFigure:

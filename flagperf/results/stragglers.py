@@ -19,13 +19,15 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from flagperf.untrusted import finite_number
+
 MAX_FLAGGED = 4096          # ranks of one flagged list that are kept (a FINISHED line is untrusted)
 MAX_TEXT = 120              # characters kept of a host, GPU id or judged_by text
 MAX_RULE = 400              # characters kept of the rule's text
 
 
-def _number(v) -> float | None:
-    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
+def _float(v) -> float | None:
+    return float(v) if finite_number(v) else None
 
 
 def _index(v) -> int | None:
@@ -38,7 +40,7 @@ def _text(v, limit: int = MAX_TEXT) -> str:
     return " ".join(v.split())[:limit] if isinstance(v, str) else ""
 
 
-def gpu_text(gpu) -> str:
+def _reported_gpu(gpu) -> str:
     """A rank's GPU as the benchmark wrote it ({"uuid", "pci_bus_id", "name"}): its PCI bus id, else its uuid, else
     its name; '' when none (CPU ranks)."""
     if not isinstance(gpu, dict):
@@ -94,9 +96,9 @@ def of_finished(round_no: int, finished) -> RoundStragglers | None:
     if not ranks or not isinstance(slowest, dict) or _index(slowest.get("rank")) is None:
         return None
     s = {"rank": _index(slowest.get("rank")), "node": _index(slowest.get("node")), "host": _text(slowest.get("host")),
-         "local_rank": _index(slowest.get("local_rank")), "gpu": gpu_text(slowest.get("gpu")),
-         "vs_median_pct": _number(slowest.get("vs_median_pct"))}
-    return RoundStragglers(round_no, s, ranks, _number(raw.get("margin_pct")),
+         "local_rank": _index(slowest.get("local_rank")), "gpu": _reported_gpu(slowest.get("gpu")),
+         "vs_median_pct": _float(slowest.get("vs_median_pct"))}
+    return RoundStragglers(round_no, s, ranks, _float(raw.get("margin_pct")),
                            _text(raw.get("judged_by")) or "median", _text(raw.get("rule"), MAX_RULE))
 
 
