@@ -10,6 +10,8 @@
 #   8b_bf16, 8b_sel   `flagperf run` of bench/configs/frontier-8b-bf16.yaml (8b_8k) or frontier-8b-sel.yaml
 #            (8b_8k_sel: every other block recomputed), bf16 only
 #   rn50_profile  bench/resnet50_profile.py on GPU 0 for each compile mode in $RN50_MODES (default: default)
+#   profile  bench/llm_profile.py (torchrun, 4 ranks) for each vendor config in $PROFILE_HW (default: 8b_8k
+#            8b_8k_fp8): where the step's time goes, per kernel class
 #   planted  a bf16 matmul loop on GPU $PLANT_GPU (default 2), then `flagperf run` of
 #            bench/configs/frontier-planted.yaml: the training payload's straggler view must name that rank
 # Each flagperf run's summary.json and report.md are copied flat into OUT_DIR with its figures
@@ -85,6 +87,14 @@ for phase in "$@"; do
           | grep -v "Warning\|warn" | tee "$out/rn50-profile-$mode.txt"
       done
       ;;
+    profile)
+      for hw in ${PROFILE_HW:-8b_8k 8b_8k_fp8}; do
+        echo "== llm profile $hw ($(date -u +%T))"
+        timeout 300 python3 -m torch.distributed.run --nproc-per-node 4 --master-port 29631 bench/llm_profile.py \
+          --hw "$hw" --json "$out/profile-$hw.json" > "$out/profile-$hw.txt" 2>&1
+        grep -v "Warning\|warn\|PerfLog\|USDT\|Failed to load" "$out/profile-$hw.txt" | tail -n 32
+      done
+      ;;
     planted)
       gpu=${PLANT_GPU:-2}
       pid=$(smi planted)
@@ -102,6 +112,6 @@ while True:
       flagperf_run planted bench/configs/frontier-planted.yaml
       kill "$hog" "$pid" 2>/dev/null
       ;;
-    *) echo "training_frontier: unknown phase '$phase' (single, 8b, 8b_bf16, 8b_sel, rn50_profile, planted)" >&2; exit 2;;
+    *) echo "training_frontier: unknown phase '$phase' (single, 8b, 8b_bf16, 8b_sel, rn50_profile, profile, planted)" >&2; exit 2;;
   esac
 done

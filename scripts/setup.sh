@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Set up flagperf with the Python environment you have (docs/install.md).
 #   scripts/setup.sh                 the driver's dependencies and torch
-#   scripts/setup.sh --test          the same plus the test tools (pytest, ruff, mypy, setuptools, an sshd)
+#   scripts/setup.sh --test          the same plus the test tools (pytest, ruff, mypy, setuptools, torchao, an sshd)
 #   scripts/setup.sh --print-python  print the interpreter to run flagperf with; install nothing
 #   scripts/setup.sh --link          also put a `flagperf` command on PATH (what `make run` does, below)
 #   scripts/setup.sh --path-note     say whether `flagperf` is on PATH, else the export line; install nothing
@@ -96,7 +96,7 @@ fi
 
 # Import names; "wheelbuild" is a setuptools that builds wheels (>= 70.1, or >= 64 with wheel).
 RUNTIME_MODULES=(torch click rich yaml psutil pynvml paramiko docker plotly junitparser prometheus_client)
-TEST_MODULES=(pytest ruff mypy wheelbuild)
+TEST_MODULES=(pytest ruff mypy wheelbuild torchao)
 pip_spec() {    # the pip requirement that provides an import name (as in pyproject.toml)
   case $1 in
     yaml) echo "pyyaml>=5.4" ;;
@@ -113,6 +113,7 @@ pip_spec() {    # the pip requirement that provides an import name (as in pyproj
     ruff) echo "ruff>=0.4" ;;
     mypy) echo "mypy>=1.8" ;;
     wheelbuild) echo "setuptools>=70.1" ;;
+    torchao) echo "torchao==0.17.0" ;;   # the llm benchmark's fp8 path, emulated on the CPU in the tests
     *) echo "$1" ;;
   esac
 }

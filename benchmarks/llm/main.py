@@ -32,10 +32,12 @@ SHAPE_KEYS = ("vocab_size", "dim", "n_layers", "n_heads", "n_kv_heads", "ffn_dim
 CHOICES = {"activation_checkpointing": ("none", "selective", "full"), "parallel": ("auto", "fsdp", "ddp", "none"),
            "compile": ("auto", "true", "false"), "baseline": ("auto", "true", "false"),
            "attention_backend": ("auto", "cudnn", "flash", "efficient", "math"), "optimizer": ("fused", "foreach"),
-           "precision": ("auto", "fp8"), "fp8_recipe": llm_fp8.RECIPES, "reshard_after_forward": ("true", "false")}
+           "precision": ("auto", "fp8"), "fp8_recipe": llm_fp8.RECIPES, "reshard_after_forward": ("true", "false"),
+           "fp8_fsdp_all_gather": ("auto", "true", "false"), "fp8_emulate": ("true", "false")}
 DEFAULTS = dict(preset="tiny", seq_len=0, micro_batch=16, grad_accum=1, activation_checkpointing="none",
                 compile="auto", parallel="auto", attention_backend="auto", optimizer="fused",
-                reshard_after_forward="true", precision="auto", fp8_recipe="tensorwise", straggler_probe_steps=10,
+                reshard_after_forward="true", precision="auto", fp8_recipe="tensorwise", fp8_fsdp_all_gather="auto",
+                fp8_emulate="false", straggler_probe_steps=10,
                 straggler_margin_pct=stragglers.MARGIN_PCT,
                 lr=1e-2, weight_decay=0.0, lr_warmup_steps=10, warmup_steps=3, time_budget_s=12.0, min_steps=0,
                 max_steps=100000,
@@ -70,6 +72,9 @@ def read_config(cfg):
     c = keys.typed(DEFAULTS, value)
     if c["min_steps"] < 0:
         harness.config_error(f"llm: min_steps must be >= 0, got {c['min_steps']}")
+    if c["fp8_fsdp_all_gather"] == "true" and c["fp8_recipe"] != "tensorwise":
+        harness.config_error(f"llm: fp8_fsdp_all_gather: true needs fp8_recipe: tensorwise (one scale per weight), "
+                             f"got fp8_recipe: {c['fp8_recipe']}")
     if cfg.get("seq_len") is None:
         c["seq_len"] = PRESET_SEQ_LEN[c["preset"]]
     if c["straggler_probe_steps"] < 0 or c["straggler_margin_pct"] <= 0:
@@ -111,8 +116,8 @@ def sdpa_context(choice):
 
 
 def build(c, shape, ctx, parallel, use_compile, dtype, fp8=False):
-    """The model on the device (its block projections in fp8 when ``fp8``), wrapped for the chosen parallelism;
-    returns (module to call, model, fp8 linear count)."""
+    """The model on the device (its block projections in fp8 when ``fp8``, all-gathered in fp8 under FSDP2 when
+    fp8.fsdp_all_gather), wrapped for the chosen parallelism; returns (module to call, model, fp8 linear count)."""
     from torch.utils.checkpoint import checkpoint
 
     torch.manual_seed(c["seed"])
@@ -125,7 +130,8 @@ def build(c, shape, ctx, parallel, use_compile, dtype, fp8=False):
         cos, sin = rope_tables(shape.head_dim, c["seq_len"], shape.rope_theta, ctx.device)
         model.rope_cos.copy_(cos)
         model.rope_sin.copy_(sin)
-    fp8_linears = llm_fp8.convert(model, c["fp8_recipe"]) if fp8 else 0     # before compile and sharding
+    fp8_linears = (llm_fp8.convert(model, c["fp8_recipe"], llm_fp8.fsdp_all_gather(c, parallel),  # before compile
+                                   c["fp8_emulate"] == "true") if fp8 else 0)                       # and sharding
     if use_compile:
         model.loss_fn = torch.compile(lm_loss)     # LM head + float32 cross-entropy, fused by inductor
     ac = c["activation_checkpointing"]
@@ -162,8 +168,9 @@ def make_optimizer(params, c, ctx):
 class Trainer:
     """One training loop, used for our model and for the baseline alike (same batches, same timing)."""
 
-    def __init__(self, c, ctx, forward, params, autocast, no_sync):
+    def __init__(self, c, ctx, forward, params, autocast, no_sync, after_step=None):
         self.c, self.ctx, self.forward, self.autocast, self.no_sync = c, ctx, forward, autocast, no_sync
+        self.after_step = after_step    # called after each optimizer step (fp8's scale precompute)
         self.opt, self.opt_name = make_optimizer(params, c, ctx)
         warm = max(1, c["lr_warmup_steps"])
         self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, lambda s: min(1.0, (s + 1) / warm))
@@ -180,6 +187,8 @@ class Trainer:
         self.opt.step()
         self.opt.zero_grad(set_to_none=True)
         self.sched.step()
+        if self.after_step is not None:
+            self.after_step()
         return total / n
 
 
@@ -444,7 +453,9 @@ def main():
             forward.set_requires_gradient_sync(not skip)
         return contextlib.nullcontext()
 
-    trainer = Trainer(c, ctx, forward, model.parameters(), autocast, no_sync)
+    fp8_all_gather = fp8 and llm_fp8.fsdp_all_gather(c, parallel)
+    trainer = Trainer(c, ctx, forward, model.parameters(), autocast, no_sync,
+                      after_step=(lambda: llm_fp8.precompute_scales(model)) if fp8_all_gather else None)
     LOG.event("INIT_END", backend=ctx.backend, device=str(ctx.device), world_size=world, parallel=parallel,
               compile=use_compile, params=counts["total"])
     LOG.event("RUN_START")
@@ -489,10 +500,17 @@ def main():
     details["precision_used"] = details["precision"]
     if fp8:
         details["fp8"] = {"recipe": c["fp8_recipe"], "float8_linears": fp8_linears,
-                          "api": "torchao.float8.convert_to_float8_training (Float8LinearConfig.from_recipe_name)",
+                          "fsdp_float8_all_gather": fp8_all_gather,
+                          "fp8_gathered_weights": llm_fp8.fp8_gathered_weights(model),
+                          "emulated": c["fp8_emulate"] == "true",
+                          "api": "torchao.float8.convert_to_float8_training (Float8LinearConfig.from_recipe_name)"
+                                 + ("; enable_fsdp_float8_all_gather, precompute_float8_dynamic_scale_for_fsdp "
+                                    "after each optimizer step" if fp8_all_gather else ""),
                           "scope": "the decoder blocks' projections (q, k, v, o, w1, w2, w3); the LM head, "
                                    "attention and norms stay in bf16"}
-        if not use_compile:
+        if c["fp8_emulate"] == "true":
+            details["fp8"]["note"] = "emulated casts (fp8_emulate): the fp8 code path, not fp8's speed"
+        elif not use_compile:
             details["fp8"]["note"] = "compile is off: torchao's float8 casts run unfused, slower than compiled"
     elif fp8_why_not:
         details["fp8_fallback_reason"] = fp8_why_not

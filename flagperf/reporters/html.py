@@ -657,10 +657,11 @@ class HtmlReporter(Reporter):
 
 
 def _stragglers(c) -> str:
-    """A training case's flagged stragglers (flagperf.results.stragglers): one line per passed round that flagged a
-    rank, with the rule as its title; '' where none was flagged."""
+    """A training case's flagged stragglers (flagperf.results.stragglers): one line per round that flagged a rank
+    (passed, or failed its own check: said so), with the rule as its title; '' where none was flagged."""
     lines = [f'<p class="bad" title="{esc(s.rule)}">Round {num(s.round)}: {esc(s.note())} (judged by each '
-             f"rank&rsquo;s {esc(s.judged_by)} probe time; a finding, not a failed check)</p>\n"
+             f"rank&rsquo;s {esc(s.judged_by)} probe time; "
+             f"{'the round failed its own check' if s.check_failed else 'a finding, not a failed check'})</p>\n"
              for s in case_stragglers(c)]
     return "".join(lines)
 

@@ -74,16 +74,17 @@ def _nccl_lines(c) -> list:
 
 
 def _straggler_lines(c) -> list:
-    """A training case's flagged stragglers (flagperf.results.stragglers), one line per passed round that flagged a
-    rank, then the rule; nothing where none was flagged."""
+    """A training case's flagged stragglers (flagperf.results.stragglers), one line per round that flagged a rank
+    (passed, or failed its own check: said so), then the rule; nothing where none was flagged."""
     found = case_stragglers(c)
     if not found:
         return []
     lines = ["", "Stragglers (a finding, not a failed check):", ""]
     for s in found:
         margin = f", margin {s.margin_pct:g}%" if s.margin_pct is not None else ""
+        failed = "; the round failed its own check" if s.check_failed else ""
         lines.append(f"- round {s.round}: **{for_markdown(s.note())}** (judged by each rank's "
-                     f"{for_markdown(s.judged_by)} probe time{margin})")
+                     f"{for_markdown(s.judged_by)} probe time{margin}{failed})")
     if found[-1].rule:
         lines += ["", f"Rule: {for_markdown(found[-1].rule)}"]
     return lines

@@ -211,6 +211,15 @@ def _rank0_result(ev: RoundEvidence) -> Verdict:
     return Verdict(Status.PASSED, None, Finished.from_dict(finished[-1]))
 
 
+def failed_checks(records) -> dict | None:
+    """The ``checks`` of rank 0's last CHECK_FAILED line (a benchmark whose own check failed: its details, such as
+    a training run's straggler view, are still findings), or None. Untrusted: its readers check what they use."""
+    for r in reversed(records):
+        if r.get("event") == "CHECK_FAILED":
+            return r["checks"] if isinstance(r.get("checks"), dict) else None
+    return None
+
+
 def _per_rank_length(payload: dict, world: int) -> list:
     """A per-rank list (checks.details.per_rank) longer than the ranks the round's nodes ran, as a problem;
     [] otherwise."""

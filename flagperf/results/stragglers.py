@@ -1,11 +1,12 @@
-"""The straggler view of a training case, read back from its passed rounds. Pure functions, no I/O.
+"""The straggler view of a training case, read back from its rounds. Pure functions, no I/O.
 
-The training benchmarks (llm, resnet50) put ``checks.details.stragglers`` into rank 0's FINISHED line
-(benchmarks/common/stragglers.py): every rank's probe of its compute alone, gathered, and judged by one rule
+The training benchmarks (llm, resnet50) put ``checks.details.stragglers`` into rank 0's FINISHED line, or into
+its CHECK_FAILED line when the run's own check failed (benchmarks/common/stragglers.py): every rank's probe of its compute alone, gathered, and judged by one rule
 (``judged_by``: each rank's best probe pass against the median over the ranks; ``margin_pct``; ``rule`` in words),
 with the ``slowest`` rank (rank, node, host, local rank, GPU, ``vs_median_pct``) and the ``flagged`` ranks. This
-module reads that record from every **passed round** whose ``flagged`` list is not empty and gives one
-:class:`RoundStragglers` per such round, and a short note for the case's row.
+module reads that record from every passed round, and every round whose benchmark's own check failed (a slow
+GPU can be why: the job ran fewer steps in its time budget and missed its convergence target), whose ``flagged``
+list is not empty, and gives one :class:`RoundStragglers` per such round, and a short note for the case's row.
 
 Everything in the record came from a rank: it is checked here (types, numbers finite, lists and texts capped, one
 line) and escaped by the reporters for their destination (flagperf.untrusted). A straggler is a finding, not a
@@ -56,6 +57,7 @@ class RoundStragglers:
     margin_pct: float | None
     judged_by: str              # "min" (each rank's best probe pass); "median" in records written before it
     rule: str
+    check_failed: bool = False  # read from a round whose benchmark's own check failed (its CHECK_FAILED line)
 
     def where(self) -> str:
         """'localhost, local rank 3, GPU 00000000:00:09.0' of the slowest rank (what is known of it)."""
@@ -77,12 +79,13 @@ class RoundStragglers:
 
     def to_dict(self) -> dict:
         return {"round": self.round, "slowest": dict(self.slowest), "flagged": list(self.flagged),
-                "margin_pct": self.margin_pct, "judged_by": self.judged_by, "rule": self.rule}
+                "margin_pct": self.margin_pct, "judged_by": self.judged_by, "rule": self.rule,
+                "check_failed": self.check_failed}
 
 
-def of_finished(round_no: int, finished) -> RoundStragglers | None:
-    """The straggler record of a FINISHED payload's ``checks.details.stragglers``, checked; None when it has none,
-    flags no rank or is not one the benchmarks write."""
+def of_finished(round_no: int, finished, check_failed: bool = False) -> RoundStragglers | None:
+    """The straggler record of a FINISHED payload's ``checks.details.stragglers`` (or a CHECK_FAILED line's:
+    ``check_failed``), checked; None when it has none, flags no rank or is not one the benchmarks write."""
     checks = finished.get("checks") if isinstance(finished, dict) else None
     details = checks.get("details") if isinstance(checks, dict) else None
     raw = details.get("stragglers") if isinstance(details, dict) else None
@@ -99,27 +102,37 @@ def of_finished(round_no: int, finished) -> RoundStragglers | None:
          "local_rank": _index(slowest.get("local_rank")), "gpu": _reported_gpu(slowest.get("gpu")),
          "vs_median_pct": _float(slowest.get("vs_median_pct"))}
     return RoundStragglers(round_no, s, ranks, _float(raw.get("margin_pct")),
-                           _text(raw.get("judged_by")) or "median", _text(raw.get("rule"), MAX_RULE))
+                           _text(raw.get("judged_by")) or "median", _text(raw.get("rule"), MAX_RULE), check_failed)
 
 
 def case_stragglers(case) -> list[RoundStragglers]:
-    """One :class:`RoundStragglers` per passed round of ``case`` whose FINISHED record flags a rank, by round."""
+    """One :class:`RoundStragglers` per round of ``case`` whose record flags a rank (a passed round's FINISHED
+    line, a failed round's CHECK_FAILED line), by round."""
     out = []
-    for r in case.passed_rounds:
-        found = of_finished(r.round, r.finished)
+    for r in case.rounds:
+        if r in case.passed_rounds:
+            found = of_finished(r.round, r.finished)
+        elif isinstance(getattr(r, "check_failed", None), dict):
+            found = of_finished(r.round, {"checks": r.check_failed}, check_failed=True)
+        else:
+            found = None
         if found is not None:
             out.append(found)
     return out
 
 
 def case_note(case) -> str:
-    """The case row's note: the flagged round with the largest excess, and in how many of the passed rounds a rank
-    was flagged when there were several ('... in 2 of 3 passed rounds'); '' when none was."""
+    """The case row's note: the flagged round with the largest excess, and in how many of the rounds that report
+    a straggler view (passed, or failed their own check) a rank was flagged when there were several ('... in 2 of
+    3 rounds'); a round that failed its check says so; '' when none was flagged."""
     found = case_stragglers(case)
     if not found:
         return ""
     worst = max(found, key=lambda s: s.slowest["vs_median_pct"] if s.slowest["vs_median_pct"] is not None
                 else -math.inf)
-    passed = len(case.passed_rounds)
-    return worst.note() + (f" (round {worst.round}; flagged in {len(found)} of {passed} passed rounds)"
-                           if passed > 1 else "")
+    judged = len(case.passed_rounds) + sum(1 for r in case.rounds if r not in case.passed_rounds
+                                           and isinstance(getattr(r, "check_failed", None), dict))
+    failed = "; that round failed its check" if worst.check_failed else ""
+    if judged > 1:
+        return worst.note() + f" (round {worst.round}{failed}; flagged in {len(found)} of {judged} rounds)"
+    return worst.note() + (f" (round {worst.round} failed its check)" if worst.check_failed else "")

@@ -91,6 +91,7 @@ _TYPES = {
     "cases.*.rounds.*.e2e_time": _OPT_NUM, "cases.*.rounds.*.metrics": _OPT_DICT,
     "cases.*.rounds.*.metrics.*": dict, "cases.*.rounds.*.metrics.*.value": _SCALAR,
     "cases.*.rounds.*.metrics.*.unit": _OPT_STR, "cases.*.rounds.*.checks": _OPT_DICT,
+    "cases.*.rounds.*.check_failed": _OPT_DICT,
     "cases.*.rounds.*.env": _OPT_DICT, "cases.*.rounds.*.nodes": list,
     **_under("cases.*.rounds.*", _OUTCOME),
     "cases.*.rounds.*.nodes.*": dict, "cases.*.rounds.*.nodes.*.node": str,
@@ -314,6 +315,7 @@ class RoundSummary:
     failure: Failure | None = None
     finished: dict | None = None        # rank 0's FINISHED payload
     nodes: list = field(default_factory=list)
+    check_failed: dict | None = None    # a failed round: the checks of rank 0's CHECK_FAILED line (untrusted)
 
     @property
     def value(self):
@@ -333,6 +335,7 @@ class RoundSummary:
                 "duration_s": round(self.duration_s, 3), "value": self.value, "e2e_time": self.e2e_time,
                 "metrics": self.metrics, "checks": f.get("checks"), "env": f.get("env"),
                 "failure": _failure_dict(self.failure), "finished": self.finished,
+                "check_failed": self.check_failed,
                 "nodes": [n.to_dict() for n in self.nodes], "energy": round_energy(self.nodes, f)}
 
     @classmethod
@@ -342,7 +345,8 @@ class RoundSummary:
             finished = {"value": d.get("value"), "e2e_time": d.get("e2e_time"), "metrics": d.get("metrics") or {},
                         "checks": d.get("checks"), "env": d.get("env")}
         return cls(d["round"], d.get("dir", ""), Status(d["status"]), d.get("duration_s") or 0.0,
-                   _failure(d.get("failure")), finished, [NodeSummary.from_dict(n) for n in d.get("nodes") or []])
+                   _failure(d.get("failure")), finished, [NodeSummary.from_dict(n) for n in d.get("nodes") or []],
+                   d.get("check_failed") if isinstance(d.get("check_failed"), dict) else None)
 
 
 @dataclass

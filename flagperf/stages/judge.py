@@ -9,7 +9,7 @@ from flagperf.results import perflog
 from flagperf.results.excerpt import verdict_with_excerpt
 from flagperf.results.flagperf_lines import is_flagperf_finished, node_logs, node_results
 from flagperf.results.interpret import (NodeEvidence, RoundEvidence, Status, Wait, WaitEnd, describe_exit,
-                                        interpret_each_round, interpret_round)
+                                        failed_checks, interpret_each_round, interpret_round)
 from flagperf.results.monitors import read_status, summarize_monitors
 from flagperf.results.summary import NodeSummary, RoundSummary
 from flagperf.stages.context import RunContext
@@ -97,6 +97,7 @@ def judge_round(ctx: RunContext, nodes, launchers: dict, wait: Wait, res: RoundS
             _log_host(ctx, res.dir, label, v)
     res.status, res.failure = verdict.status, verdict.failure
     res.finished = verdict.finished.to_dict() if verdict.finished else None
+    res.check_failed = failed_checks(rank0) if res.finished is None and node_waits is None else None
 
 
 def _log_host(ctx: RunContext, where: str, label: str, v) -> None:

@@ -96,6 +96,9 @@ def test_llm_unreachable_target_fails_its_check(tmp_path):
                                      ({"seq_len": 0}, "seq_len must be >= 1"),
                                      ({"precision": "fp4"}, "precision must be one of auto, fp8"),
                                      ({"fp8_recipe": "blockwise"}, "fp8_recipe must be one of tensorwise"),
+                                     ({"fp8_recipe": "rowwise", "fp8_fsdp_all_gather": True},
+                                      "fp8_fsdp_all_gather: true needs fp8_recipe: tensorwise"),
+                                     ({"fp8_emulate": "maybe"}, "fp8_emulate must be one of true, false"),
                                      ({"straggler_margin_pct": 0}, "straggler_margin_pct > 0")])
 def test_llm_bad_config_is_a_config_error(tmp_path, bad, msg):
     rc, out, err = run_case(tmp_path, "llm", 1, bad)[0]

@@ -81,3 +81,64 @@ def test_llm_long_seq_fp8_fallback_straggler_and_resnet50_fused(tmp_path, flagpe
     assert r["converged"] is True and r["memory_format"] == "channels_last"
     assert r["optimizer"]["impl"] == "fused" and r["optimizer"]["requested"] == "fused"
     assert r["compile"]["enabled"] is False and r["compile"]["cuda_graphs"] is False     # eager on the CPU
+
+
+def test_llm_fp8_emulated_under_fsdp2_all_gathers_in_fp8(tmp_path, flagperf_home, monkeypatch):
+    """fp8's real code path on CPU ranks (torchao's emulated casts, fp8_emulate): the blocks' projections become
+    Float8Linear; under FSDP2 with the tensorwise recipe the weights are all-gathered in fp8 and their scales
+    precomputed after each optimizer step; the run still converges and its replicas agree. One rank with the
+    rowwise recipe has no fp8 all-gather."""
+    folder = own_vendor_folder(flagperf_home, "llm")
+    (folder / "config_fp8ag.yaml").write_text("precision: fp8\nfp8_emulate: true\ntime_budget_s: 3\n")
+    (folder / "config_fp8rw.yaml").write_text("precision: fp8\nfp8_emulate: true\nfp8_recipe: rowwise\n"
+                                              "time_budget_s: 3\n")
+    (tmp_path / "cluster.yaml").write_text(f"HOSTS: [localhost]\nMASTER_PORT: {free_port()}\n")
+    conf = write_conf(tmp_path, {"llm:pytorch:fp8ag:1:2:1": "null", "llm:pytorch:fp8rw:1:1:1": "null"},
+                      CLUSTER="cluster.yaml")
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    code, out, err = run_cli(["run", "--config", conf], home=flagperf_home, timeout=400)
+    assert code == 0, out + err
+    assert "Traceback" not in out + err
+    ag, rw = json.loads((only_run_dir(tmp_path / "result") / "summary.json").read_text())["cases"]
+    assert (ag["status"], rw["status"]) == ("passed", "passed"), (ag, rw)
+    d = ag["rounds"][0]["finished"]["checks"]["details"]
+    assert (d["precision_requested"], d["precision_used"], d["parallel"]) == ("fp8", "fp8", "fsdp")
+    assert "fp8_fallback_reason" not in d
+    # tiny: 2 blocks x (q, k, v, o, w1, w2, w3)
+    assert d["fp8"]["float8_linears"] == 14 and d["fp8"]["recipe"] == "tensorwise"
+    assert d["fp8"]["fsdp_float8_all_gather"] is True and d["fp8"]["emulated"] is True
+    assert d["fp8"]["fp8_gathered_weights"] == 14       # read from the sharded model: every weight's shard
+    assert "precompute_float8_dynamic_scale_for_fsdp" in d["fp8"]["api"]
+    assert "not fp8's speed" in d["fp8"]["note"]
+    assert d["converged"] is True and d["replicas_in_sync"] is True
+    r = rw["rounds"][0]["finished"]["checks"]["details"]
+    assert (r["precision_used"], r["parallel"], r["fp8"]["recipe"]) == ("fp8", "none", "rowwise")
+    assert r["fp8"]["fsdp_float8_all_gather"] is False and r["fp8"]["float8_linears"] == 14
+    assert r["fp8"]["fp8_gathered_weights"] == 0
+    assert r["converged"] is True
+
+
+def test_a_round_that_fails_its_check_still_names_its_straggler(tmp_path, flagperf_home, monkeypatch):
+    """A slow rank (the test hook: local rank 1's probe passes take 3x as long) in a run that misses its
+    convergence target (target_loss 0: unreachable): the round fails, and the straggler view of its CHECK_FAILED
+    line still names rank 1 in summary.json, the case row and report.md."""
+    (own_vendor_folder(flagperf_home, "llm") / "config_unreached.yaml").write_text(
+        "target_loss: 0.0\ntime_budget_s: 2\n")
+    (tmp_path / "cluster.yaml").write_text(f"HOSTS: [localhost]\nMASTER_PORT: {free_port()}\n")
+    conf = write_conf(tmp_path, {"llm:pytorch:unreached:1:2:1": "null"}, CLUSTER="cluster.yaml")
+    monkeypatch.setenv("FLAGPERF_TEST_INJECT", "llm:slow")
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.setenv("COLUMNS", "400")
+    code, out, err = run_cli(["run", "--config", conf], home=flagperf_home, timeout=400)
+    assert code == 1, out + err         # a failed case, not a usage error
+    assert "Traceback" not in out + err
+    run_dir = only_run_dir(tmp_path / "result")
+    (case,) = json.loads((run_dir / "summary.json").read_text())["cases"]
+    assert case["status"] == "failed"
+    r = case["rounds"][0]
+    assert r["finished"] is None and r["check_failed"]["passed"] is False
+    assert r["check_failed"]["details"]["converged"] is False
+    (seen,) = case["stragglers"]
+    assert seen["check_failed"] is True and seen["flagged"] == [1] and seen["slowest"]["local_rank"] == 1
+    assert "over the median probe (round 1 failed its check)" in " ".join(out.split()), out
+    assert "the round failed its own check)" in (run_dir / "report.md").read_text()

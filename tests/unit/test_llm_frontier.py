@@ -67,6 +67,22 @@ def test_fp8_is_used_only_on_a_cuda_gpu_of_capability_8_9_with_torchao():
     assert not on and why.startswith("torchao.float8 does not import (ImportError: No module named 'torchao')")
     assert llm_fp8.plan("fp8", "cuda", (8, 9), "NVIDIA L40S", lambda: None) == (True, None)
     assert llm_fp8.plan("fp8", "cuda", (10, 0), "NVIDIA B200", lambda: None) == (True, None)
+    # emulated casts: any device, still only with torchao
+    assert llm_fp8.plan("fp8", "cpu", find_torchao=lambda: None, emulate=True) == (True, None)
+    assert llm_fp8.plan("fp8", "cuda", (8, 0), "NVIDIA A100-SXM4-80GB", lambda: None, emulate=True) == (True, None)
+    on, why = llm_fp8.plan("fp8", "cpu", find_torchao=no_torchao, emulate=True)
+    assert not on and why.startswith("torchao.float8 does not import")
+
+
+def test_fp8_all_gathers_in_fp8_only_under_fsdp2_with_tensorwise_scales():
+    def case(recipe, key):
+        return {"fp8_recipe": recipe, "fp8_fsdp_all_gather": key}
+    assert llm_fp8.fsdp_all_gather(case("tensorwise", "auto"), "fsdp")
+    assert llm_fp8.fsdp_all_gather(case("tensorwise", "true"), "fsdp")
+    assert not llm_fp8.fsdp_all_gather(case("tensorwise", "false"), "fsdp")
+    assert not llm_fp8.fsdp_all_gather(case("tensorwise", "auto"), "ddp")
+    assert not llm_fp8.fsdp_all_gather(case("tensorwise", "auto"), "none")
+    assert not llm_fp8.fsdp_all_gather(case("rowwise", "auto"), "fsdp")
 
 
 def test_fp8_converts_the_block_projections_only():

@@ -65,7 +65,7 @@ def test_a_flagged_round_gives_the_note_and_the_summary_field(tmp_path):
     saved = json.loads((tmp_path / "summary.json").read_text())["cases"][0]["stragglers"]
     assert saved == [{"round": 1, "slowest": {"rank": 3, "node": 0, "host": "localhost", "local_rank": 3,
                                               "gpu": "00000000:00:09.0", "vs_median_pct": 16.7},
-                      "flagged": [3], "margin_pct": 5.0, "judged_by": "min", "rule": RULE}]
+                      "flagged": [3], "margin_pct": 5.0, "judged_by": "min", "rule": RULE, "check_failed": False}]
     assert Summary.load(tmp_path / "summary.json").cases[0].to_dict()["stragglers"] == saved
 
     assert NOTE in terminal_text(s)
@@ -93,11 +93,38 @@ def test_several_rounds_and_several_flagged_ranks():
     c = case_of([view(pct=6.0), view(flagged=(1, 3), pct=20.0), view(flagged=())])
     assert [s.round for s in case_stragglers(c)] == [1, 2]
     assert case_note(c) == ("stragglers: ranks 1, 3; slowest rank 3 (localhost, local rank 3, GPU 00000000:00:09.0) "
-                            "+20.0% over the median probe (round 2; flagged in 2 of 3 passed rounds)")
+                            "+20.0% over the median probe (round 2; flagged in 2 of 3 rounds)")
     # a record written before judged_by: it was judged by the probe median; a CPU rank has no GPU
     (old,) = case_stragglers(case_of([view(judged_by=None, gpu={})]))
     assert old.judged_by == "median" and old.note() == "straggler: rank 3 (localhost, local rank 3) +16.7% over " \
                                                        "the median probe"
+
+
+def test_a_round_that_failed_its_own_check_still_names_its_straggler(tmp_path):
+    """A slow GPU slows the whole job: it ran fewer steps in its budget and missed its convergence target. The
+    round failed, and its CHECK_FAILED line's straggler view is still read and shown, saying the round failed."""
+    r = RoundSummary(1, "r1", Status.FAILED, 1.0, None, None, [NodeSummary("node0", "localhost", 0)],
+                     check_failed={"passed": False, "details": {"converged": False, "stragglers": view(pct=136.7)}})
+    c = CaseSummary("llm-1b", "llm:pytorch:1b:1:4:1", "llm", "pytorch", "1b", 1, 4, 1, rounds=[r])
+    (found,) = case_stragglers(c)
+    assert found.check_failed is True
+    note = NOTE.replace("+16.7%", "+136.7%")
+    assert case_note(c) == note + " (round 1 failed its check)"
+    s = summary_of(c)
+    s.save(tmp_path / "summary.json")
+    loaded = Summary.load(tmp_path / "summary.json")
+    assert loaded.cases[0].rounds[0].check_failed["details"]["converged"] is False
+    assert loaded.cases[0].to_dict()["stragglers"][0]["check_failed"] is True
+    assert case_note(loaded.cases[0]) == case_note(c)
+    assert "(round 1 failed its check)" in terminal_text(s)
+    assert (f"- round 1: **{note}** (judged by each rank's min probe time, margin 5%; the round failed its own "
+            f"check)") in MarkdownReporter().render(s)
+    assert "the round failed its own check)</p>" in HtmlReporter().page(s, None)
+    # beside a passed round that flagged nothing: counted among the rounds that report a view
+    ok = case_of([view(flagged=())]).rounds[0]
+    ok.round = 2
+    c2 = CaseSummary("llm-1b", "llm:pytorch:1b:1:4:1", "llm", "pytorch", "1b", 1, 4, 2, rounds=[r, ok])
+    assert case_note(c2) == note + " (round 1; that round failed its check; flagged in 1 of 2 rounds)"
 
 
 @pytest.mark.parametrize("bad", [
