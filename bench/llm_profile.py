@@ -6,8 +6,10 @@ time per step by class and the top kernels:
   LM head, and every projection of a bf16 run), attention (SDPA's flash/cuDNN/efficient kernels), compiled
   (Triton: norms, RoPE, SwiGLU, fp8 casts and amax), collectives (NCCL all-gather/reduce-scatter/all-reduce,
   on their own stream, overlapping the compute), optimizer, copy / cast, other.
-Compute kernels run one after another on one stream, so the step time minus their sum is the device's idle or
-exposed-communication time. On the CPU (a rehearsal) the classes hold each aten operator's own CPU time.
+Each kernel is classed by its own name and counted once, from its own device event. FSDP2's copies run on streams
+of their own, so beside the sums per class the device's view is given: the union of the compute kernels' intervals
+(busy), the time NCCL runs with no compute kernel beside it (exposed communication), and the rest (idle). On the
+CPU (a rehearsal) the classes hold each aten operator's own CPU time.
 Usage (one host, N GPUs): torchrun --nproc-per-node N bench/llm_profile.py --hw 8b_8k_fp8 [--steps 6]
        [--warmup 8] [--vendor nvidia] [--set key=value ...]; on the CPU: --vendor cpu --set preset=tiny."""
 import argparse
@@ -28,29 +30,42 @@ from main import harness, llm_data, llm_fp8  # noqa: E402
 
 import torch  # noqa: E402
 
-# a kernel's name first (NCCL, Triton and attention kernels are named for what they are), then the operator that
-# launched it (the cuBLAS/cuBLASLt GEMM kernels' names do not say their input type; the operator does)
-BY_KERNEL = (("collectives (NCCL)", ("nccl",)),
-             ("compiled (Triton)", ("triton_",)),
-             ("attention", ("flash", "fmha", "attn", "sdpa", "cudnn_generated_fort_native")))
-BY_OP = (("GEMM fp8 (_scaled_mm)", ("_scaled_mm",)),
-         ("attention", ("attention", "flash")),
-         ("GEMM (mm)", ("aten::mm", "aten::addmm", "aten::bmm", "aten::matmul", "aten::linear", "aten::baddbmm")),
-         ("optimizer", ("adam", "foreach", "multi_tensor")),
-         ("collectives (NCCL)", ("nccl", "c10d", "all_gather", "reduce_scatter", "all_reduce")),
-         ("copy / cast", ("copy", "to_copy", "cat", "fill", "zero")))
+# each kernel by its name, first match: NCCL, Triton (inductor's fused kernels: norms, RoPE, SwiGLU, and in an fp8
+# run the casts and amax reductions), attention (cuDNN/flash SDPA), fp8 GEMMs (cuBLASLt's nvjet kernels with fp8
+# inputs are named nvjet_sm90_q..., CUTLASS's name e4m3/e5m2), other GEMMs, the optimizer, copies and casts
+CLASSES = (("collectives (NCCL)", ("nccl",)),
+           ("compiled (Triton)", ("triton_",)),
+           ("attention", ("flash", "fmha", "sdpa", "attn")),
+           ("GEMM fp8", ("e4m3", "e5m2", "fp8", "f8f8")),
+           ("GEMM", ("gemm", "nvjet", "cutlass", "cublas", "xmma")),
+           ("optimizer", ("adam", "multi_tensor", "foreach")),
+           ("copy / cast", ("copy", "cat_", "split", "memcpy", "memset", "fill", "float8", "cast")),
+           ("elementwise (eager)", ("elementwise", "reduce_kernel")))
 
 
-def kind(kernel, op):
-    """The class of a kernel launched by operator ``op`` (BY_KERNEL by the kernel's name, then BY_OP)."""
-    k, o = kernel.lower(), op.lower()
-    for label, keys in BY_KERNEL:
-        if any(s in k for s in keys):
+def kind(name):
+    """The class of a kernel (CLASSES, first match; cuBLASLt's fp8 GEMMs: nvjet_sm<NN>_q...), else "other"."""
+    low = name.lower()
+    for label, keys in CLASSES:
+        if label == "GEMM fp8" and low.startswith("nvjet_sm") and low.split("_")[2:3] and \
+                low.split("_")[2].startswith("q"):
             return label
-    for label, keys in BY_OP:
-        if any(s in o for s in keys):
+        if any(k in low for k in keys):
             return label
     return "other"
+
+
+def union_ms(intervals):
+    """The length of the union of (start, end) intervals, in their unit."""
+    total, end = 0.0, None
+    for a, b in sorted(intervals):
+        if end is None or a > end:
+            total += b - a
+            end = b
+        elif b > end:
+            total += b - end
+            end = b
+    return total
 
 
 def case_config(vendor, hw, sets):
@@ -130,19 +145,29 @@ def main():
         ctx.destroy()
         return
     per_kind, per_kernel = collections.Counter(), collections.Counter()
+    busy, comm_spans, all_spans = [], [], []
     for e in prof.events():
         if not cuda:            # the CPU: each aten operator's own time (the "kernels" are the operators)
             if e.name.startswith("aten::"):
-                per_kind[kind(e.name, e.name)] += e.self_cpu_time_total
-                per_kernel[(kind(e.name, e.name), e.name)] += e.self_cpu_time_total
+                per_kind[kind(e.name)] += e.self_cpu_time_total
+                per_kernel[(kind(e.name), e.name)] += e.self_cpu_time_total
             continue
-        for k in getattr(e, "kernels", []) or []:        # the kernels this operator launched (device time, us)
-            label = kind(k.name, e.name)
-            per_kind[label] += k.duration
-            per_kernel[(label, k.name)] += k.duration
+        if not str(getattr(e, "device_type", "")).endswith("CUDA"):
+            continue            # a kernel's own event (device time), never its launching operator's copy
+        label = kind(e.name)
+        span = (e.time_range.start, e.time_range.end)
+        per_kind[label] += span[1] - span[0]
+        per_kernel[(label, e.name)] += span[1] - span[0]
+        all_spans.append(span)
+        (comm_spans if label == "collectives (NCCL)" else busy).append(span)
     tokens = c["grad_accum"] * c["micro_batch"] * c["seq_len"]
     compute = sum(us for label, us in per_kind.items() if label != "collectives (NCCL)") / 1e3 / a.steps
     comm = per_kind["collectives (NCCL)"] / 1e3 / a.steps
+    # the device's view: the profiled steps' span, the union of its compute kernels (any stream) and of NCCL's
+    # kernels outside them (communication that no compute hides)
+    wall = (max(b for _, b in all_spans) - min(a for a, _ in all_spans)) / 1e3 / a.steps if all_spans else 0.0
+    compute_union = union_ms(busy) / 1e3 / a.steps
+    exposed = (union_ms(busy + comm_spans) - union_ms(busy)) / 1e3 / a.steps
     precision = "fp8" if fp8 else ("bf16" if ctx.is_accelerator else "fp32")
     device = torch.cuda.get_device_name(ctx.device) if cuda else "cpu"
     print(f"== llm profile: hw {a.hw}, preset {c['preset']}, seq {c['seq_len']}, micro-batch {c['micro_batch']}, "
@@ -152,12 +177,17 @@ def main():
     print(f"warm-up {a.warmup} steps (compile included): {warm_s:.1f} s")
     print(f"step {step_ms:.1f} ms (device events, {a.steps} steps unprofiled) = {tokens / step_ms * 1e3:,.0f} "
           f"tokens/s/rank")
-    print(f"compute kernels {compute:.1f} ms/step ({100 * compute / step_ms:.1f}% of the step; the rest "
-          f"{step_ms - compute:.1f} ms is idle or exposed communication); NCCL kernels {comm:.1f} ms/step on their "
-          f"own stream")
+    if cuda:
+        print(f"profiled: {wall:.1f} ms/step from the first kernel to the last; compute kernels busy "
+              f"{compute_union:.1f} ms/step ({100 * compute_union / wall if wall else 0:.1f}%; their sum "
+              f"{compute:.1f} ms, streams overlap), NCCL alone (no compute kernel running) {exposed:.1f} ms/step, "
+              f"device idle {wall - compute_union - exposed:.1f} ms/step; NCCL kernels {comm:.1f} ms/step in all")
+    else:
+        print(f"aten operators' own CPU time {compute:.1f} ms/step")
     for label, us in per_kind.most_common():
         ms = us / 1e3 / a.steps
-        share = f"{100 * ms / compute:5.1f}% of compute" if label != "collectives (NCCL)" else "  (overlapping)"
+        share = f"{100 * ms / compute:5.1f}% of the compute sum" if label != "collectives (NCCL)" else \
+            "  (on its own stream)"
         print(f"  {label:<20} {ms:9.2f} ms/step  {share}")
     print("top kernels (ms/step):")
     for (label, name), us in per_kernel.most_common(18):
@@ -166,6 +196,7 @@ def main():
         Path(a.json).write_text(json.dumps({
             "hw": a.hw, "precision": precision, "fp8_linears": fp8_linears, "fp8_all_gather": all_gather,
             "step_ms": step_ms, "compute_ms": compute, "nccl_ms": comm, "tokens_per_step_per_rank": tokens,
+            "profiled_step_ms": wall, "compute_busy_ms": compute_union, "nccl_exposed_ms": exposed,
             "per_class_ms": {k: v / 1e3 / a.steps for k, v in per_kind.items()}, "device": device,
             "world_size": ctx.world_size}, indent=1))
     ctx.destroy()
