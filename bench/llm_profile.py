@@ -43,6 +43,10 @@ CLASSES = (("collectives (NCCL)", ("nccl",)),
            ("elementwise (eager)", ("elementwise", "reduce_kernel")))
 
 
+# the device-side spans that torch and FSDP draw around kernels: not kernels, never counted
+ANNOTATIONS = ("nccl:", "Optimizer.", "FSDP::", "## ", "ProfilerStep", "record_param_comms")
+
+
 def kind(name):
     """The class of a kernel (CLASSES, first match; cuBLASLt's fp8 GEMMs: nvjet_sm<NN>_q...), else "other"."""
     low = name.lower()
@@ -154,6 +158,8 @@ def main():
             continue
         if not str(getattr(e, "device_type", "")).endswith("CUDA"):
             continue            # a kernel's own event (device time), never its launching operator's copy
+        if getattr(e, "is_user_annotation", False) or e.name.startswith(ANNOTATIONS):
+            continue            # a span drawn on the device's timeline around kernels (nccl:..., Optimizer.step)
         label = kind(e.name)
         span = (e.time_range.start, e.time_range.end)
         per_kind[label] += span[1] - span[0]
@@ -198,6 +204,8 @@ def main():
             "step_ms": step_ms, "compute_ms": compute, "nccl_ms": comm, "tokens_per_step_per_rank": tokens,
             "profiled_step_ms": wall, "compute_busy_ms": compute_union, "nccl_exposed_ms": exposed,
             "per_class_ms": {k: v / 1e3 / a.steps for k, v in per_kind.items()}, "device": device,
+            "kernels_ms": [[label, name[:200], us / 1e3 / a.steps]
+                           for (label, name), us in per_kernel.most_common(80)],
             "world_size": ctx.world_size}, indent=1))
     ctx.destroy()
 
