@@ -11,7 +11,7 @@ of their own, so beside the sums per class the device's view is given: the union
 (busy), the time NCCL runs with no compute kernel beside it (exposed communication), and the rest (idle). On the
 CPU (a rehearsal) the classes hold each aten operator's own CPU time.
 Usage (one host, N GPUs): torchrun --nproc-per-node N bench/llm_profile.py --hw 8b_8k_fp8 [--steps 6]
-       [--warmup 8] [--vendor nvidia] [--set key=value ...]; on the CPU: --vendor cpu --set preset=tiny."""
+       [--warmup 8] [--vendor nvidia] [--set key=value ...]; on the CPU: --vendor cpu --hw quick."""
 import argparse
 import collections
 import json

@@ -1,8 +1,9 @@
 """The straggler view of a training case, read back from its rounds. Pure functions, no I/O.
 
 The training benchmarks (llm, resnet50) put ``checks.details.stragglers`` into rank 0's FINISHED line, or into
-its CHECK_FAILED line when the run's own check failed (benchmarks/common/stragglers.py): every rank's probe of its compute alone, gathered, and judged by one rule
-(``judged_by``: each rank's best probe pass against the median over the ranks; ``margin_pct``; ``rule`` in words),
+its CHECK_FAILED line when the run's own check failed (benchmarks/common/stragglers.py): every rank's probe of
+its compute alone, gathered, and judged by one rule (``judged_by``: each rank's best probe pass against the median
+over the ranks; ``margin_pct``; ``rule`` in words),
 with the ``slowest`` rank (rank, node, host, local rank, GPU, ``vs_median_pct``) and the ``flagged`` ranks. This
 module reads that record from every passed round, and every round whose benchmark's own check failed (a slow
 GPU can be why: the job ran fewer steps in its time budget and missed its convergence target), whose ``flagged``
