@@ -36,8 +36,8 @@ import torch  # noqa: E402
 CLASSES = (("collectives (NCCL)", ("nccl",)),
            ("compiled (Triton)", ("triton_",)),
            ("attention", ("flash", "fmha", "sdpa", "attn")),
-           ("GEMM fp8", ("e4m3", "e5m2", "fp8", "f8f8")),
-           ("GEMM", ("gemm", "nvjet", "cutlass", "cublas", "xmma")),
+           ("GEMM fp8", ("e4m3", "e5m2", "fp8", "f8f8", "aten::_scaled_mm")),
+           ("GEMM", ("gemm", "nvjet", "cutlass", "cublas", "xmma", "aten::mm", "aten::addmm", "aten::bmm")),
            ("optimizer", ("adam", "multi_tensor", "foreach")),
            ("copy / cast", ("copy", "cat_", "split", "memcpy", "memset", "fill", "float8", "cast")),
            ("elementwise (eager)", ("elementwise", "reduce_kernel")))
@@ -73,8 +73,8 @@ def union_ms(intervals):
 
 
 def case_config(vendor, hw, sets):
-    """The case config as flagperf merges it: the benchmark's case_config.yaml, the vendor's, then config_<hw>.yaml,
-    then --set key=value (YAML values)."""
+    """The case config in flagperf's order (flagperf.plan.merged_case_config): the benchmark's case_config.yaml,
+    the vendor's, then config_<hw>.yaml, then --set key=value (YAML values)."""
     cfg = yaml.safe_load((ROOT / "benchmarks" / "llm" / "case_config.yaml").read_text()) or {}
     for name in ("case_config.yaml", f"config_{hw}.yaml"):
         f = ROOT / "vendors" / vendor / "llm" / name
@@ -107,17 +107,7 @@ def main():
     data = llm_data.make_source(c, shape, None, ctx)
     fp8, why_not = llm_fp8.plan_for(c, ctx)
     forward, model, fp8_linears = llm.build(c, shape, ctx, parallel, use_compile, dtype, fp8)
-    all_gather = fp8 and llm_fp8.fsdp_all_gather(c, parallel)
-
-    def no_sync(skip):
-        if parallel == "fsdp":
-            forward.set_requires_gradient_sync(not skip)
-        return forward.no_sync() if skip and parallel == "ddp" else llm.contextlib.nullcontext()
-
-    autocast = (torch.autocast(ctx.device.type, dtype=dtype) if ctx.is_accelerator and parallel != "fsdp"
-                else llm.contextlib.nullcontext())
-    trainer = llm.Trainer(c, ctx, forward, model.parameters(), autocast, no_sync,
-                          after_step=(lambda: llm_fp8.precompute_scales(model)) if all_gather else None)
+    trainer, _, all_gather = llm.trainer_for(c, ctx, parallel, forward, model, fp8, dtype)
 
     def step():
         trainer.step(data.batches(c["grad_accum"], c["micro_batch"]))
@@ -181,8 +171,8 @@ def main():
           f"{', fp8 all-gather' if all_gather else ''}{')' if fp8 else ''}{'; fp8: ' + why_not if why_not else ''}, "
           f"{parallel} on {ctx.world_size} x {device}, compile {use_compile}, torch {torch.__version__}")
     print(f"warm-up {a.warmup} steps (compile included): {warm_s:.1f} s")
-    print(f"step {step_ms:.1f} ms (device events, {a.steps} steps unprofiled) = {tokens / step_ms * 1e3:,.0f} "
-          f"tokens/s/rank")
+    print(f"step {step_ms:.1f} ms ({'device events' if cuda else 'wall clock'}, {a.steps} steps unprofiled) = "
+          f"{tokens / step_ms * 1e3:,.0f} tokens/s/rank")
     if cuda:
         print(f"profiled: {wall:.1f} ms/step from the first kernel to the last; compute kernels busy "
               f"{compute_union:.1f} ms/step ({100 * compute_union / wall if wall else 0:.1f}%; their sum "

@@ -192,6 +192,27 @@ class Trainer:
         return total / n
 
 
+def trainer_for(c, ctx, parallel, forward, model, fp8, dtype):
+    """The run's (Trainer, autocast context, fp8 all-gather on?) for a model from build(): bf16 autocast only
+    where the parameters are float32 on an accelerator (FSDP2 already computes in bf16); gradient sync skipped
+    on all but the last micro-step; after each optimizer step the fp8 weights' scales when they are all-gathered
+    in fp8 (bench/llm_profile.py profiles this same step)."""
+    autocast = (torch.autocast(ctx.device.type, dtype=dtype) if ctx.is_accelerator and parallel != "fsdp"
+                else contextlib.nullcontext())
+
+    def no_sync(skip):
+        if skip and parallel == "ddp":
+            return forward.no_sync()
+        if parallel == "fsdp":
+            forward.set_requires_gradient_sync(not skip)
+        return contextlib.nullcontext()
+
+    all_gather = fp8 and llm_fp8.fsdp_all_gather(c, parallel)
+    trainer = Trainer(c, ctx, forward, model.parameters(), autocast, no_sync,
+                      after_step=(lambda: llm_fp8.precompute_scales(model)) if all_gather else None)
+    return trainer, autocast, all_gather
+
+
 def run_loop(trainer, data, c, ctx, budget_s, max_steps, log_steps=True, min_steps=0):
     """Warm-up (compile) steps, then a measured window of whole steps sized to fill budget_s (all ranks run the
     same count), and at least min_steps (what a convergence check needs; a window that runs past twice the
@@ -442,20 +463,7 @@ def main():
     fp8, fp8_why_not = llm_fp8.plan_for(c, ctx)
     forward, model, fp8_linears = build(c, shape, ctx, parallel, use_compile, dtype, fp8)
     counts = count_params(model)
-    # autocast only where the parameters are float32 on an accelerator (FSDP2 already computes in bf16)
-    autocast = (torch.autocast(ctx.device.type, dtype=dtype) if gpu and parallel != "fsdp"
-                else contextlib.nullcontext())
-
-    def no_sync(skip):
-        if skip and parallel == "ddp":
-            return forward.no_sync()
-        if parallel == "fsdp":
-            forward.set_requires_gradient_sync(not skip)
-        return contextlib.nullcontext()
-
-    fp8_all_gather = fp8 and llm_fp8.fsdp_all_gather(c, parallel)
-    trainer = Trainer(c, ctx, forward, model.parameters(), autocast, no_sync,
-                      after_step=(lambda: llm_fp8.precompute_scales(model)) if fp8_all_gather else None)
+    trainer, autocast, fp8_all_gather = trainer_for(c, ctx, parallel, forward, model, fp8, dtype)
     LOG.event("INIT_END", backend=ctx.backend, device=str(ctx.device), world_size=world, parallel=parallel,
               compile=use_compile, params=counts["total"])
     LOG.event("RUN_START")
