@@ -110,8 +110,9 @@ def case_stragglers(case) -> list[RoundStragglers]:
     """One :class:`RoundStragglers` per round of ``case`` whose record flags a rank (a passed round's FINISHED
     line, a failed round's CHECK_FAILED line), by round."""
     out = []
+    passed = {id(r) for r in case.passed_rounds}
     for r in case.rounds:
-        if r in case.passed_rounds:
+        if id(r) in passed:
             found = of_finished(r.round, r.finished)
         elif isinstance(getattr(r, "check_failed", None), dict):
             found = of_finished(r.round, {"checks": r.check_failed}, check_failed=True)
@@ -131,8 +132,9 @@ def case_note(case) -> str:
         return ""
     worst = max(found, key=lambda s: s.slowest["vs_median_pct"] if s.slowest["vs_median_pct"] is not None
                 else -math.inf)
-    judged = len(case.passed_rounds) + sum(1 for r in case.rounds if r not in case.passed_rounds
-                                           and isinstance(getattr(r, "check_failed", None), dict))
+    passed = {id(r) for r in case.passed_rounds}
+    judged = len(passed) + sum(1 for r in case.rounds if id(r) not in passed
+                               and isinstance(getattr(r, "check_failed", None), dict))
     failed = "; that round failed its check" if worst.check_failed else ""
     if judged > 1:
         return worst.note() + f" (round {worst.round}{failed}; flagged in {len(found)} of {judged} rounds)"
