@@ -152,3 +152,25 @@ def test_hostile_host_and_gpu_text_is_inert_everywhere(tmp_path):
     # and a long text is capped
     (long,) = case_stragglers(case_of([view(host="h" * 10_000)]))
     assert len(long.slowest["host"]) <= 120
+
+
+def test_a_hostile_check_failed_record_is_kept_safely(tmp_path):
+    """rank 0's CHECK_FAILED line is untrusted: only a mapping is kept; NaN and deep nesting (within the PerfLog
+    record's depth limit) still give a summary.json that loads; a malformed straggler record in it is left out."""
+    from flagperf.results.interpret import failed_checks
+    assert failed_checks([{"event": "CHECK_FAILED", "checks": "x"}]) is None
+    assert failed_checks([{"event": "STEP"}]) is None
+    assert failed_checks([{"event": "CHECK_FAILED", "checks": {"a": 1}},
+                          {"event": "CHECK_FAILED", "checks": {"b": 2}}]) == {"b": 2}
+    deep: dict = {"x": 1}
+    for _ in range(31):
+        deep = {"d": deep}
+    checks = {"passed": False, "details": {"final_loss": float("nan"), "deep": deep,
+                                           "stragglers": {"flagged": "all", "slowest": {"rank": 1}}}}
+    r = RoundSummary(1, "r1", Status.FAILED, 1.0, None, None, [], check_failed=checks)
+    c = CaseSummary("llm-1b", "llm:pytorch:1b:1:4:1", "llm", "pytorch", "1b", 1, 4, 1, rounds=[r])
+    s = summary_of(c)
+    s.save(tmp_path / "summary.json")
+    loaded = Summary.load(tmp_path / "summary.json").cases[0]
+    assert loaded.rounds[0].check_failed["details"]["final_loss"] is None       # NaN written as null
+    assert case_stragglers(loaded) == [] and case_note(loaded) == ""
