@@ -1,6 +1,7 @@
 """Where an llm training step's time goes: the benchmark's own step (benchmarks/llm/main.py: its read_config,
 build (fp8 conversion, compile, FSDP2), Trainer and data, as a case runs them) for a vendor config, warmed up,
-then STEPS steps under torch.profiler on every rank. Rank 0 prints the step time (device events), the kernel
+then STEPS steps under torch.profiler on every rank. Rank 0 prints the step time (device events) with the clocks,
+power and energy of those steps (NVML, benchmarks/common/devicestats.py), the kernel
 time per step by class and the top kernels:
   GEMM fp8 (torch._scaled_mm: the float8 projections), GEMM (mm) (mm/addmm/bmm in the run's base precision: the
   LM head, and every projection of a bf16 run), attention (SDPA's flash/cuDNN/efficient kernels), compiled
@@ -119,6 +120,7 @@ def main():
         ctx.sync()
         warm_s = time.time() - t0
         ctx.barrier()
+        window = harness.device_window(ctx).start()        # clocks, power, energy of the timed steps (NVML)
         if cuda:
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
@@ -128,6 +130,7 @@ def main():
         if cuda:
             end.record()
         ctx.sync()
+        window.stop()
         step_ms = start.elapsed_time(end) / a.steps if cuda else (time.perf_counter() - t0) * 1e3 / a.steps
         ctx.barrier()
         acts = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if cuda else [])
@@ -171,6 +174,13 @@ def main():
           f"{', fp8 all-gather' if all_gather else ''}{')' if fp8 else ''}{'; fp8: ' + why_not if why_not else ''}, "
           f"{parallel} on {ctx.world_size} x {device}, compile {use_compile}, torch {torch.__version__}")
     print(f"warm-up {a.warmup} steps (compile included): {warm_s:.1f} s")
+    dw = window.summary()
+    if "omitted" in dw:
+        print(f"device window: {dw['omitted']}")
+    else:
+        print(f"device window of the timed steps: SM {dw.get('sm_clock_mhz_median')} MHz median, power "
+              f"{dw.get('power_w_median')} W median, energy {dw.get('energy_j')} J, throttle reasons "
+              f"{', '.join(dw.get('throttle_reasons') or []) or 'none'}")
     print(f"step {step_ms:.1f} ms ({'device events' if cuda else 'wall clock'}, {a.steps} steps unprofiled) = "
           f"{tokens / step_ms * 1e3:,.0f} tokens/s/rank")
     if cuda:
@@ -193,6 +203,7 @@ def main():
             "hw": a.hw, "precision": precision, "fp8_linears": fp8_linears, "fp8_all_gather": all_gather,
             "step_ms": step_ms, "compute_ms": compute, "nccl_ms": comm, "tokens_per_step_per_rank": tokens,
             "profiled_step_ms": wall, "compute_busy_ms": compute_union, "nccl_exposed_ms": exposed,
+            "device_window": dw,
             "per_class_ms": {k: v / 1e3 / a.steps for k, v in per_kind.items()}, "device": device,
             "kernels_ms": [[label, name[:200], us / 1e3 / a.steps]
                            for (label, name), us in per_kernel.most_common(80)],

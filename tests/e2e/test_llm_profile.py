@@ -55,6 +55,7 @@ def test_profile_runs_the_benchmarks_own_step_on_cpu_ranks(tmp_path):
     d = json.loads(out.read_text())
     assert (d["precision"], d["fp8_linears"], d["fp8_all_gather"], d["world_size"]) == ("fp8", 14, True, 2)
     assert d["step_ms"] > 0 and d["compute_ms"] > 0
+    assert d["device_window"] == {"omitted": "device cpu: NVML reads NVIDIA GPUs only"}
     assert d["per_class_ms"]["GEMM"] > 0            # emulated fp8: the casts, then plain matmuls
     assert abs(sum(v for k, v in d["per_class_ms"].items()) - d["compute_ms"]) < 1e-6 * d["compute_ms"] + 1e-9
     bad = subprocess.run([sys.executable, str(ROOT / "bench" / "llm_profile.py"), "--vendor", "cpu", "--hw", "nope"],
