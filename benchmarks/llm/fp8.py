@@ -43,10 +43,10 @@ def plan(precision, device_type, capability=None, device_name=None, find_torchao
 
 def plan_for(c, ctx):
     """plan() for this run's case (``c["precision"]``, ``c["fp8_emulate"]``) and device."""
-    if c["precision"] != "fp8" or not ctx.is_cuda:
-        return plan(c["precision"], ctx.device.type, emulate=c["fp8_emulate"] == "true")
-    return plan(c["precision"], "cuda", torch.cuda.get_device_capability(ctx.device),
-                torch.cuda.get_device_name(ctx.device), emulate=c["fp8_emulate"] == "true")
+    cuda = c["precision"] == "fp8" and ctx.is_cuda
+    return plan(c["precision"], ctx.device.type,
+                torch.cuda.get_device_capability(ctx.device) if cuda else None,
+                torch.cuda.get_device_name(ctx.device) if cuda else None, emulate=c["fp8_emulate"] == "true")
 
 
 def fsdp_all_gather(c, parallel):

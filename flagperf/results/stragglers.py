@@ -84,10 +84,15 @@ class RoundStragglers:
                 "check_failed": self.check_failed}
 
 
-def of_finished(round_no: int, finished, check_failed: bool = False) -> RoundStragglers | None:
-    """The straggler record of a FINISHED payload's ``checks.details.stragglers`` (or a CHECK_FAILED line's:
-    ``check_failed``), checked; None when it has none, flags no rank or is not one the benchmarks write."""
-    checks = finished.get("checks") if isinstance(finished, dict) else None
+def of_finished(round_no: int, finished) -> RoundStragglers | None:
+    """The straggler record of a FINISHED payload's ``checks.details.stragglers``, checked; None when it has none,
+    flags no rank or is not one the benchmarks write."""
+    return of_checks(round_no, finished.get("checks") if isinstance(finished, dict) else None)
+
+
+def of_checks(round_no: int, checks, check_failed: bool = False) -> RoundStragglers | None:
+    """The straggler record of a ``checks`` mapping (a FINISHED payload's, or a CHECK_FAILED line's:
+    ``check_failed``), checked as of_finished() does."""
     details = checks.get("details") if isinstance(checks, dict) else None
     raw = details.get("stragglers") if isinstance(details, dict) else None
     if not isinstance(raw, dict):
@@ -106,21 +111,19 @@ def of_finished(round_no: int, finished, check_failed: bool = False) -> RoundStr
                            _text(raw.get("judged_by")) or "median", _text(raw.get("rule"), MAX_RULE), check_failed)
 
 
+def _reporting(case) -> list:
+    """(round, its checks, failed its check?) of every round of ``case`` that can report a straggler view: a passed
+    round (its FINISHED line's checks) and a round whose benchmark's own check failed (its CHECK_FAILED line's)."""
+    passed = {id(r) for r in case.passed_rounds}
+    return [(r, r.finished.get("checks"), False) if id(r) in passed else (r, r.check_failed, True)
+            for r in case.rounds if id(r) in passed or isinstance(r.check_failed, dict)]
+
+
 def case_stragglers(case) -> list[RoundStragglers]:
     """One :class:`RoundStragglers` per round of ``case`` whose record flags a rank (a passed round's FINISHED
     line, a failed round's CHECK_FAILED line), by round."""
-    out = []
-    passed = {id(r) for r in case.passed_rounds}
-    for r in case.rounds:
-        if id(r) in passed:
-            found = of_finished(r.round, r.finished)
-        elif isinstance(getattr(r, "check_failed", None), dict):
-            found = of_finished(r.round, {"checks": r.check_failed}, check_failed=True)
-        else:
-            found = None
-        if found is not None:
-            out.append(found)
-    return out
+    found = (of_checks(r.round, checks, failed) for r, checks, failed in _reporting(case))
+    return [s for s in found if s is not None]
 
 
 def case_note(case) -> str:
@@ -132,9 +135,7 @@ def case_note(case) -> str:
         return ""
     worst = max(found, key=lambda s: s.slowest["vs_median_pct"] if s.slowest["vs_median_pct"] is not None
                 else -math.inf)
-    passed = {id(r) for r in case.passed_rounds}
-    judged = len(passed) + sum(1 for r in case.rounds if id(r) not in passed
-                               and isinstance(getattr(r, "check_failed", None), dict))
+    judged = len(_reporting(case))
     failed = "; that round failed its check" if worst.check_failed else ""
     if judged > 1:
         return worst.note() + f" (round {worst.round}{failed}; flagged in {len(found)} of {judged} rounds)"
